@@ -1,0 +1,19 @@
+"""The ``seer`` command line. Sub-commands live in ``app.commands``; heavy imports stay lazy."""
+
+from __future__ import annotations
+
+import typer
+
+from app.commands import models
+
+cli = typer.Typer(
+    name="seer",
+    help="Seer rollout service: fast grouped rollouts for synchronous LLM RL.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+models.register(cli)
+
+
+def main() -> None:
+    cli()

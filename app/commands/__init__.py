@@ -1,0 +1,1 @@
+"""Sub-commands of the ``seer`` CLI, one module per concern; each exposes ``register(cli)``."""

@@ -1,0 +1,115 @@
+"""Typed params/results of one engine *chunk*.
+
+Divided rollout sends every request as a sequence of chunks. Invariant: a chunk continues a
+request exactly where the previous chunk stopped; ``prompt_token_ids + generated_token_ids`` is
+the full context, and the chunk generates at most ``max_new_tokens`` more tokens. A request is
+finished when a chunk ends with ``stop`` (EOS / stop token) or ``length`` (the request's own
+``max_tokens`` reached); ``chunk`` means "chunk budget used, re-queue me".
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"  # EOS or a stop token was generated
+    LENGTH = "length"  # the request's own max_tokens is reached
+    CHUNK = "chunk"  # this chunk's budget is used; the request continues in a later chunk
+    ABORT = "abort"  # the chunk was aborted before it finished
+
+
+class SamplingParams(BaseModel):
+    """Sampling settings of one request; unknown fields are rejected (they would be ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="0 = disabled")
+    seed: int | None = Field(None, ge=0, description="per-request seed; None = engine's RNG")
+
+
+class ChunkRequest(BaseModel):
+    """One chunk of one request, as the scheduler hands it to an engine replica."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request_id: str = Field(min_length=1)
+    group_id: str = Field(min_length=1)
+    prompt_token_ids: list[int] = Field(min_length=1)
+    generated_token_ids: list[int] = Field(default_factory=list)
+    max_new_tokens: int = Field(ge=1, description="new tokens allowed in this chunk")
+    max_tokens: int = Field(ge=1, description="the request's own cap on generated tokens")
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    logprobs: bool = True
+    priority: int = Field(0, description="lower runs first (vLLM priority scheduling)")
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> ChunkRequest:
+        done = len(self.generated_token_ids)
+        if done >= self.max_tokens:
+            raise ValueError(
+                f"generated_token_ids has {done} tokens, already at max_tokens={self.max_tokens}"
+            )
+        return self
+
+    @property
+    def chunk_budget(self) -> int:
+        """New tokens this chunk may produce: min(max_new_tokens, max_tokens - generated)."""
+        return min(self.max_new_tokens, self.max_tokens - len(self.generated_token_ids))
+
+    @property
+    def engine_request_id(self) -> str:
+        """Unique id of this chunk inside an engine (a request has many chunks)."""
+        return f"{self.request_id}@{len(self.generated_token_ids)}"
+
+
+class ChunkResult(BaseModel):
+    """What one chunk produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str
+    token_ids: list[int]
+    logprobs: list[float] | None = Field(None, description="target-model logprob of each token")
+    finish_reason: FinishReason
+    drafted_tokens: int = Field(0, ge=0)
+    accepted_tokens: int = Field(0, ge=0)
+    engine_steps: int = Field(0, ge=0, description="decode steps that produced these tokens")
+    elapsed_s: float = Field(0.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ChunkResult:
+        if self.logprobs is not None:
+            if len(self.logprobs) != len(self.token_ids):
+                raise ValueError(
+                    f"{len(self.logprobs)} logprobs for {len(self.token_ids)} tokens"
+                )
+            bad = [x for x in self.logprobs if not math.isfinite(x) and x != -math.inf]
+            if bad:
+                raise ValueError(f"logprobs contain non-finite values {bad[:3]}")
+        if self.accepted_tokens > self.drafted_tokens:
+            raise ValueError(
+                f"accepted_tokens={self.accepted_tokens} > drafted_tokens={self.drafted_tokens}"
+            )
+        return self
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
+
+
+class EngineLoad(BaseModel):
+    """Load of one engine replica, reported to the scheduler for replica selection."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    replica_id: str
+    running: int = Field(0, ge=0)
+    waiting: int = Field(0, ge=0)
+    kv_usage: float = Field(0.0, ge=0.0, le=1.0, description="fraction of KV blocks in use")
+    kv_capacity_tokens: int = Field(0, ge=0, description="total KV token slots of the replica")
