@@ -1,0 +1,1 @@
+"""Scheduling policies and the divided-rollout scheduler (pure, synchronous)."""
