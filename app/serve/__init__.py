@@ -1,0 +1,1 @@
+"""Ray Serve deployments: the HTTP ingress and the engine replicas."""
