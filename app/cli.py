@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.commands import models
+from app.commands import models, replay
 
 cli = typer.Typer(
     name="seer",
@@ -20,6 +20,7 @@ def _root() -> None:
 
 
 models.register(cli)
+replay.register(cli)
 
 
 def main() -> None:

@@ -1,0 +1,149 @@
+"""Generalized suffix automaton over the token sequences of one group, with occurrence counts.
+
+Invariant: after any interleaving of ``extend`` calls, the automaton is the minimal DFA of all
+substrings of the group's sequences, where a sequence is a path in a trie rooted at the empty
+string (every request's sequence starts at the prompt's end state, so the prompt is shared), and
+``count(state)`` is the number of (sequence, end position) pairs at which a string of the state
+ends, counting a shared trie prefix once per append (the prompt once, each request's own tokens
+once per request). A sequence's current full text is always the *longest* string of its ``last``
+state, so splitting states never invalidates a ``last`` handle held by a caller.
+
+Work per appended token: amortized O(1) transitions for the extension, plus one step per state
+on the suffix-link chain of the new end (the suffixes with distinct occurrence sets; a handful
+on natural text, longer inside long verbatim repetitions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+ROOT = 0
+
+
+class SuffixAutomaton:
+    """States are ints; ``ROOT`` (0) is the empty string. Not thread-safe; callers serialize."""
+
+    __slots__ = ("_next", "_link", "_len", "_cnt")
+
+    def __init__(self) -> None:
+        self._next: list[dict[int, int]] = [{}]
+        self._link: list[int] = [-1]
+        self._len: list[int] = [0]
+        self._cnt: list[int] = [0]
+
+    # ---- building -------------------------------------------------------------------------
+    def extend(self, last: int, token: int) -> int:
+        """Append ``token`` to the text that ends at state ``last``; return the new end state."""
+        nxt = self._next
+        link = self._link
+        ln = self._len
+        cnt = self._cnt
+        q = nxt[last].get(token)
+        if q is not None:
+            cur = q if ln[q] == ln[last] + 1 else self._split(last, q, token)
+        else:
+            cur = len(ln)
+            nxt.append({})
+            ln.append(ln[last] + 1)
+            link.append(ROOT)
+            cnt.append(0)
+            p = last
+            while p != -1 and token not in nxt[p]:
+                nxt[p][token] = cur
+                p = link[p]
+            if p != -1:
+                q = nxt[p][token]
+                link[cur] = q if ln[p] + 1 == ln[q] else self._split(p, q, token)
+        v = cur
+        while v > ROOT:
+            cnt[v] += 1
+            v = link[v]
+        cnt[ROOT] += 1
+        return cur
+
+    def _split(self, p: int, q: int, token: int) -> int:
+        """Clone ``q`` so that the strings of length <= len(p)+1 get their own state."""
+        nxt = self._next
+        clone = len(self._len)
+        nxt.append(dict(nxt[q]))
+        self._len.append(self._len[p] + 1)
+        self._link.append(self._link[q])
+        self._cnt.append(self._cnt[q])
+        while p != -1 and nxt[p].get(token) == q:
+            nxt[p][token] = clone
+            p = self._link[p]
+        self._link[q] = clone
+        return clone
+
+    def extend_all(self, last: int, tokens: Sequence[int]) -> int:
+        for t in tokens:
+            last = self.extend(last, t)
+        return last
+
+    # ---- queries --------------------------------------------------------------------------
+    def transition(self, state: int, token: int) -> int | None:
+        return self._next[state].get(token)
+
+    def children(self, state: int) -> dict[int, int]:
+        """token -> next state (read-only view; do not mutate)."""
+        return self._next[state]
+
+    def link(self, state: int) -> int:
+        return self._link[state]
+
+    def length(self, state: int) -> int:
+        """Length of the longest string of ``state``."""
+        return self._len[state]
+
+    def count(self, state: int) -> int:
+        """Number of (sequence, end position) occurrences of the strings of ``state``."""
+        return self._cnt[state]
+
+    def find(self, tokens: Sequence[int]) -> int | None:
+        """State of the substring ``tokens``, or None when it does not occur."""
+        v: int | None = ROOT
+        for t in tokens:
+            assert v is not None
+            v = self._next[v].get(t)
+            if v is None:
+                return None
+        return v
+
+    def occurrences(self, tokens: Sequence[int]) -> int:
+        v = self.find(tokens)
+        return 0 if v is None else self._cnt[v]
+
+    @property
+    def num_states(self) -> int:
+        return len(self._len)
+
+    @property
+    def num_transitions(self) -> int:
+        return sum(len(d) for d in self._next)
+
+    def approx_bytes(self) -> int:
+        """Rough CPython footprint: per state 3 list slots + a dict; per transition a dict slot."""
+        return self.num_states * (3 * 8 + 64) + self.num_transitions * 40
+
+    def check(self) -> None:
+        """Verify the structural invariants; raises AssertionError naming the first bad state."""
+        n = len(self._len)
+        if self._link[ROOT] != -1 or self._len[ROOT] != 0:
+            raise AssertionError("root must have link -1 and length 0")
+        children_cnt = [0] * n
+        for v in range(1, n):
+            lk = self._link[v]
+            if not 0 <= lk < n or self._len[lk] >= self._len[v]:
+                raise AssertionError(f"state {v}: link {lk} must be a shorter state")
+        for v in range(n):
+            for t, u in self._next[v].items():
+                if self._len[u] < self._len[v] + 1:
+                    raise AssertionError(f"transition {v} -{t}-> {u} shortens the string")
+        # count(v) = own end positions + sum of counts of suffix-link children; own >= 0
+        for v in range(1, n):
+            children_cnt[self._link[v]] += self._cnt[v]
+        for v in range(1, n):
+            if self._cnt[v] < children_cnt[v]:
+                raise AssertionError(
+                    f"state {v}: count {self._cnt[v]} < sum of link children {children_cnt[v]}"
+                )

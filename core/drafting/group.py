@@ -1,0 +1,159 @@
+"""One group's draft index: the prompt and every sibling's tokens in one suffix automaton.
+
+Invariant: ``version`` is the number of tokens appended since registration (prompt excluded) and
+the append log holds exactly those tokens in order, so replaying ``log[v:]`` onto a copy at
+version ``v`` reproduces this index bit for bit (same states, same counts). Every request's text
+is prompt + its own appended tokens; its end state is the automaton state of that full text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from core.drafting.automaton import ROOT, SuffixAutomaton
+from core.drafting.draft import Draft
+from core.drafting.speculate import SpeculationParams, speculate
+
+
+class DraftLifecycleError(RuntimeError):
+    """A group or request is used out of its lifecycle (unknown, released, duplicated, gap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemory:
+    """Size of one group's index."""
+
+    group_id: str
+    prompt_tokens: int
+    appended_tokens: int
+    requests: int
+    states: int
+    transitions: int
+    approx_bytes: int
+
+
+class GroupIndex:
+    """Suffix automaton of one group plus each request's end state and the append log."""
+
+    __slots__ = (
+        "group_id",
+        "prompt",
+        "_sam",
+        "_prompt_end",
+        "_ends",
+        "_lengths",
+        "_log_req",
+        "_log_tok",
+    )
+
+    def __init__(self, group_id: str, prompt_token_ids: Sequence[int]) -> None:
+        if not group_id:
+            raise ValueError("group_id must be a non-empty string")
+        self.group_id = group_id
+        self.prompt: tuple[int, ...] = tuple(int(t) for t in prompt_token_ids)
+        self._sam = SuffixAutomaton()
+        self._prompt_end = self._sam.extend_all(ROOT, self.prompt)
+        self._ends: dict[str, int] = {}
+        self._lengths: dict[str, int] = {}
+        self._log_req: list[str] = []
+        self._log_tok: list[int] = []
+
+    @property
+    def version(self) -> int:
+        return len(self._log_tok)
+
+    @property
+    def automaton(self) -> SuffixAutomaton:
+        return self._sam
+
+    def request_ids(self) -> list[str]:
+        return list(self._ends)
+
+    def num_tokens(self, request_id: str) -> int:
+        """Tokens appended for ``request_id`` so far (0 for a request not seen yet)."""
+        return self._lengths.get(request_id, 0)
+
+    def add_tokens(self, request_id: str, token_ids: Iterable[int]) -> None:
+        """Append a request's newly generated tokens (the first call starts the request)."""
+        if not request_id:
+            raise ValueError(f"group {self.group_id!r}: request_id must be a non-empty string")
+        end = self._ends.get(request_id, self._prompt_end)
+        n = 0
+        extend = self._sam.extend
+        log_tok = self._log_tok
+        for t in token_ids:
+            end = extend(end, t)
+            log_tok.append(t)
+            n += 1
+        if n == 0:
+            return  # nothing appended: the request is not started (the log has no trace of it)
+        self._log_req.extend([request_id] * n)
+        self._ends[request_id] = end
+        self._lengths[request_id] = self._lengths.get(request_id, 0) + n
+
+    def add_token(self, request_id: str, token: int) -> None:
+        """Fast path of ``add_tokens`` for one token."""
+        end = self._ends.get(request_id)
+        if end is None:
+            if not request_id:
+                raise ValueError(f"group {self.group_id!r}: request_id must be non-empty")
+            end = self._prompt_end
+            self._lengths[request_id] = 0
+        self._ends[request_id] = self._sam.extend(end, token)
+        self._lengths[request_id] += 1
+        self._log_tok.append(token)
+        self._log_req.append(request_id)
+
+    def speculate(self, request_id: str, params: SpeculationParams) -> Draft:
+        """Draft for ``request_id`` (a request with no tokens yet drafts from the prompt)."""
+        return speculate(self._sam, self._ends.get(request_id, self._prompt_end), params)
+
+    def log_since(self, version: int) -> list[tuple[str, list[int]]]:
+        """Appends after ``version`` as runs of (request_id, tokens), in append order."""
+        if not 0 <= version <= self.version:
+            raise DraftLifecycleError(
+                f"group {self.group_id!r}: version {version} outside [0, {self.version}]"
+            )
+        runs: list[tuple[str, list[int]]] = []
+        for i in range(version, self.version):
+            r = self._log_req[i]
+            if runs and runs[-1][0] == r:
+                runs[-1][1].append(self._log_tok[i])
+            else:
+                runs.append((r, [self._log_tok[i]]))
+        return runs
+
+    def memory(self) -> GroupMemory:
+        sam = self._sam
+        log_bytes = 16 * self.version
+        return GroupMemory(
+            group_id=self.group_id,
+            prompt_tokens=len(self.prompt),
+            appended_tokens=self.version,
+            requests=len(self._ends),
+            states=sam.num_states,
+            transitions=sam.num_transitions,
+            approx_bytes=sam.approx_bytes() + log_bytes,
+        )
+
+    def check(self) -> None:
+        """Integrity check: automaton invariants, and each request's end state is its text."""
+        self._sam.check()
+        texts: dict[str, list[int]] = {r: list(self.prompt) for r in self._ends}
+        for r, t in zip(self._log_req, self._log_tok, strict=True):
+            texts[r].append(t)
+        for r, text in texts.items():
+            state = self._sam.find(text)
+            if state != self._ends[r] or self._sam.length(state) != len(text):
+                raise AssertionError(
+                    f"group {self.group_id!r}: request {r!r} end state {self._ends[r]} is not "
+                    f"the state of its {len(text)}-token text ({state})"
+                )
+            if self._lengths[r] != len(text) - len(self.prompt):
+                raise AssertionError(f"group {self.group_id!r}: request {r!r} length mismatch")
+        if self._sam.count(0) != len(self.prompt) + self.version:
+            raise AssertionError(
+                f"group {self.group_id!r}: root count {self._sam.count(0)} != tokens "
+                f"{len(self.prompt) + self.version}"
+            )

@@ -1,0 +1,117 @@
+"""Drafting methods the replay benchmark compares, picked by name from a registry.
+
+Invariant: a method sees a group only through ``append(request, token)`` (a token becomes
+visible) and ``draft(request, max_tokens)``; it never sees a token before it was appended, so
+the replay protocol alone decides what each request may use. ``grouped*`` methods go through
+``DraftStore``, the object the service's draft server runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from core.drafting.automaton import ROOT, SuffixAutomaton
+from core.drafting.draft import EMPTY_DRAFT, Draft
+from core.drafting.ngram import ngram_draft
+from core.drafting.speculate import SpeculationParams, speculate
+from core.drafting.store import DraftStore
+
+
+class ReplayDrafter(Protocol):
+    def append(self, request: int, token: int) -> None: ...
+
+    def draft(self, request: int, max_tokens: int) -> Draft: ...
+
+
+# (prompt, number of requests) -> drafter for one group
+DrafterFactory = Callable[[Sequence[int], int], ReplayDrafter]
+
+
+class NoDrafter:
+    def __init__(self, prompt: Sequence[int], num_requests: int) -> None:
+        del prompt, num_requests
+
+    def append(self, request: int, token: int) -> None:
+        del request, token
+
+    def draft(self, request: int, max_tokens: int) -> Draft:
+        del request, max_tokens
+        return EMPTY_DRAFT
+
+
+class NgramDrafter:
+    """vLLM-like prompt lookup on the request's own prompt + output, n from 4 down to 2."""
+
+    def __init__(self, prompt: Sequence[int], num_requests: int) -> None:
+        self._ctx = [list(prompt) for _ in range(num_requests)]
+
+    def append(self, request: int, token: int) -> None:
+        self._ctx[request].append(token)
+
+    def draft(self, request: int, max_tokens: int) -> Draft:
+        return ngram_draft(self._ctx[request], max_tokens, min_n=2, max_n=4)
+
+
+class SelfSuffixDrafter:
+    """Per-request suffix decoding: the same automaton over the request's own text only."""
+
+    def __init__(self, prompt: Sequence[int], num_requests: int, min_token_prob: float) -> None:
+        self._sams = [SuffixAutomaton() for _ in range(num_requests)]
+        self._ends = [s.extend_all(ROOT, prompt) for s in self._sams]
+        self._min_p = min_token_prob
+
+    def append(self, request: int, token: int) -> None:
+        self._ends[request] = self._sams[request].extend(self._ends[request], token)
+
+    def draft(self, request: int, max_tokens: int) -> Draft:
+        params = SpeculationParams(max_tokens=max_tokens, width=1, min_token_prob=self._min_p)
+        return speculate(self._sams[request], self._ends[request], params)
+
+
+class GroupedDrafter:
+    """The service path: one ``DraftStore`` group fed with every sibling's tokens."""
+
+    GROUP = "replay"
+
+    def __init__(
+        self, prompt: Sequence[int], num_requests: int, width: int, min_token_prob: float
+    ) -> None:
+        self.store = DraftStore()
+        self.store.register_group(self.GROUP, prompt)
+        self._ids = [f"r{i}" for i in range(num_requests)]
+        self._width = width
+        self._min_p = min_token_prob
+        self._index = self.store.group(self.GROUP)
+
+    def append(self, request: int, token: int) -> None:
+        self._index.add_token(self._ids[request], token)
+
+    def draft(self, request: int, max_tokens: int) -> Draft:
+        return self.store.speculate(
+            self.GROUP,
+            self._ids[request],
+            max_tokens,
+            width=self._width,
+            min_token_prob=self._min_p,
+        )
+
+
+DEFAULT_MIN_TOKEN_PROB = 0.1
+
+METHODS: dict[str, DrafterFactory] = {
+    "none": NoDrafter,
+    "ngram": NgramDrafter,
+    "suffix-self": lambda p, n: SelfSuffixDrafter(p, n, DEFAULT_MIN_TOKEN_PROB),
+    "grouped": lambda p, n: GroupedDrafter(p, n, 1, DEFAULT_MIN_TOKEN_PROB),
+    "grouped-tree2": lambda p, n: GroupedDrafter(p, n, 2, DEFAULT_MIN_TOKEN_PROB),
+    "grouped-tree4": lambda p, n: GroupedDrafter(p, n, 4, DEFAULT_MIN_TOKEN_PROB),
+}
+
+
+def method_factory(name: str) -> DrafterFactory:
+    """Look up a replay method by name; unknown names raise ValueError listing the valid ones."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown drafting method {name!r}; valid: {sorted(METHODS)}") from None

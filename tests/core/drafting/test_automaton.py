@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from drafting_brute import BruteGroup
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.drafting.automaton import ROOT, SuffixAutomaton
+from core.drafting.group import GroupIndex
+from core.drafting.speculate import match_state
+
+tokens = st.lists(st.integers(0, 2), min_size=1, max_size=6)
+# a schedule of (request index, tokens) appends, interleaving up to 3 requests
+schedules = st.lists(
+    st.tuples(st.integers(0, 2), st.lists(st.integers(0, 2), max_size=5)), max_size=8
+)
+
+
+def build(
+    prompt: list[int], schedule: list[tuple[int, list[int]]]
+) -> tuple[GroupIndex, BruteGroup]:
+    idx = GroupIndex("g", prompt)
+    ref = BruteGroup(prompt)
+    for r, toks in schedule:
+        idx.add_tokens(f"r{r}", toks)
+        ref.add(f"r{r}", toks)
+    return idx, ref
+
+
+@settings(max_examples=150, deadline=None)
+@given(prompt=tokens, schedule=schedules)
+def test_counts_match_brute_force_for_every_short_string(prompt, schedule):
+    idx, ref = build(prompt, schedule)
+    sam = idx.automaton
+    idx.check()
+    for n in range(0, 5):
+        for w in itertools.product(range(3), repeat=n):
+            assert sam.occurrences(w) == ref.count(w), w
+
+
+@settings(max_examples=150, deadline=None)
+@given(prompt=tokens, schedule=schedules)
+def test_match_state_is_longest_suffix_with_a_continuation(prompt, schedule):
+    idx, ref = build(prompt, schedule)
+    sam = idx.automaton
+    for r in ref.outs:
+        end = sam.find(ref.text(r))
+        assert end is not None and sam.length(end) == len(ref.text(r))
+        v = match_state(sam, end)
+        assert sam.length(v) == ref.match_length(r)
+        text = ref.text(r)
+        w = text[len(text) - sam.length(v) :]
+        got = {t: sam.count(u) for t, u in sam.children(v).items()}
+        assert got == dict(ref.continuations(w))
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompt=tokens, schedule=schedules)
+def test_substrings_found_iff_they_occur(prompt, schedule):
+    idx, ref = build(prompt, schedule)
+    texts = [ref.prompt] + [ref.text(r) for r in ref.outs]
+    subs = {tuple(t[i:j]) for t in texts for i in range(len(t)) for j in range(i + 1, len(t) + 1)}
+    for w in subs:
+        assert idx.automaton.find(w) is not None
+    for w in itertools.product(range(3), repeat=3):
+        assert (idx.automaton.find(w) is not None) == (w in subs)
+
+
+def test_interleaved_appends_keep_end_states_valid():
+    # r0 and r1 write the same text in alternation: shared states must be split correctly
+    sam = SuffixAutomaton()
+    p = sam.extend_all(ROOT, [5, 6])
+    a = b = p
+    for t in [1, 2, 1, 2, 3, 1, 2]:
+        a = sam.extend(a, t)
+        b = sam.extend(b, t)
+        assert a == b
+    c = sam.extend(a, 9)
+    assert sam.length(c) == 2 + 7 + 1
+    sam.check()
+    assert sam.occurrences([1, 2]) == 3 + 3  # three times in each of the two requests
+    assert sam.occurrences([5, 6]) == 1  # the prompt is counted once
+
+
+def test_check_reports_a_corrupted_count():
+    sam = SuffixAutomaton()
+    sam.extend_all(ROOT, [1, 2, 1, 2])
+    v = sam.find([1, 2])
+    assert v is not None
+    sam._cnt[v] = 0  # corrupt on purpose
+    with pytest.raises(AssertionError, match="count"):
+        sam.check()
+
+
+def test_memory_grows_with_tokens():
+    sam = SuffixAutomaton()
+    small = sam.approx_bytes()
+    sam.extend_all(ROOT, range(100))
+    assert sam.approx_bytes() > small
+    assert sam.num_states == 101
+    assert sam.num_transitions >= 100
