@@ -90,12 +90,16 @@ def check_model_dir(path: Path) -> Path:
 
 def _write_manifest(path: Path, source: str) -> None:
     files = {
-        p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file() and p.name != MANIFEST
+        p.name: p.stat().st_size
+        for p in sorted(path.iterdir())
+        if p.is_file() and p.name != MANIFEST
     }
     (path / MANIFEST).write_text(json.dumps({"source": source, "files": files}, indent=1))
 
 
-def _build(path: Path, force: bool, build: Callable[[Path], str], say: Callable[[str], None]) -> Path:
+def _build(
+    path: Path, force: bool, build: Callable[[Path], str], say: Callable[[str], None]
+) -> Path:
     """Build into a temp folder, then rename: a crash never leaves a half folder that looks done."""
     if not force and (path / MANIFEST).is_file():
         return check_model_dir(path)
@@ -126,7 +130,7 @@ def prepare_smollm2(
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]  # plain tensors, no GGUF quantizer
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(out, safe_serialization=True)
@@ -163,7 +167,7 @@ def prepare_tiny(
             eos_token_id=tok.eos_token_id,
             tie_word_embeddings=True,
         )
-        model = LlamaForCausalLM(config).to(torch.float32)
+        model = LlamaForCausalLM(config)  # float32 by default
         model.save_pretrained(out, safe_serialization=True)
         tok.save_pretrained(out)
         return "random-init seed 0"
@@ -171,8 +175,12 @@ def prepare_tiny(
     return _build(path, force, build, say)
 
 
-def prepare(name: str, cache_dir: Path | None = None, force: bool = False,
-            say: Callable[[str], None] = print) -> Path:
+def prepare(
+    name: str,
+    cache_dir: Path | None = None,
+    force: bool = False,
+    say: Callable[[str], None] = print,
+) -> Path:
     """Prepare model ``name`` (one of MODEL_NAMES) and return its folder."""
     builders = {SMOLLM2: prepare_smollm2, TINY: prepare_tiny}
     if name not in builders:

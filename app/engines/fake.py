@@ -61,6 +61,7 @@ class FakeEngine:
             raise RuntimeError(f"engine {self.replica_id} is not started; call start() first")
         if request.request_id in self._running:
             raise ValueError(f"request {request.request_id} already has a running chunk")
+        budget = request.budget_within(self.max_model_len)
         self._running.add(request.request_id)
         t0 = time.perf_counter()
         context = [*request.prompt_token_ids, *request.generated_token_ids]
@@ -69,7 +70,6 @@ class FakeEngine:
         logprobs: list[float] = []
         finish = FinishReason.CHUNK
         try:
-            budget = min(request.chunk_budget, self.max_model_len - len(context))
             while len(tokens) < budget:
                 await asyncio.sleep(self.step_s)
                 if request.request_id in self._aborted:

@@ -87,7 +87,7 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(
+        kwargs: dict[str, Any] = dict(
             model=str(model_path),
             tokenizer=str(model_path),
             dtype=self.config.dtype,
@@ -98,8 +98,10 @@ class VllmEngine:
             scheduling_policy="priority",
             seed=self.config.seed,
             disable_log_stats=False,
-            **({} if cpu else {"gpu_memory_utilization": self.config.gpu_memory_utilization}),
         )
+        if not cpu:
+            kwargs["gpu_memory_utilization"] = self.config.gpu_memory_utilization
+        args = AsyncEngineArgs(**kwargs)
         engine = AsyncLLM.from_engine_args(args, stat_loggers=[_LoadRecorder(self._stats)])
         cache = engine.vllm_config.cache_config
         blocks = cache.num_gpu_blocks or 0
@@ -144,14 +146,8 @@ class VllmEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        budget = request.budget_within(self.max_model_len)
         context = [*request.prompt_token_ids, *request.generated_token_ids]
-        room = self.max_model_len - len(context)
-        if room < 1:
-            raise ValueError(
-                f"request {request.request_id}: context of {len(context)} tokens leaves no room "
-                f"under max_model_len={self.max_model_len}"
-            )
-        budget = min(request.chunk_budget, room)
         s = request.sampling
         params = SamplingParams(
             n=1,
@@ -187,9 +183,14 @@ class VllmEngine:
         tokens = list(comp.token_ids) if comp is not None else []
         logprobs = None
         if request.logprobs:
-            logprobs = [
-                float(step[tok].logprob) for tok, step in zip(tokens, comp.logprobs or [], strict=True)
-            ] if comp is not None else []
+            logprobs = (
+                [
+                    float(step[tok].logprob)
+                    for tok, step in zip(tokens, comp.logprobs or [], strict=True)
+                ]
+                if comp is not None
+                else []
+            )
         reason = comp.finish_reason if comp is not None else "abort"
         total = len(request.generated_token_ids) + len(tokens)
         if reason == "stop":

