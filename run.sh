@@ -30,7 +30,7 @@ if running && curl -fs "$URL/healthz" >/dev/null 2>&1; then
   say "Serve app already running (pid $(cat "$PID_FILE"))"
 else
   say "starting Serve app (serve_config.yaml); log: $LOG"
-  nohup "$VENV/bin/serve" run serve_config.yaml >"$LOG" 2>&1 &
+  nohup "$VENV/bin/seer" serve --config serve_config.yaml >"$LOG" 2>&1 &
   echo $! >"$PID_FILE"
   t0=$SECONDS
   until curl -fs "$URL/healthz" >/dev/null 2>&1; do

@@ -50,3 +50,23 @@ def test_demo_reports_unreachable_service() -> None:
     result = CliRunner().invoke(cli, ["demo", "--url", "http://127.0.0.1:9"])
     assert result.exit_code == 1
     assert "cannot reach" in result.output
+
+
+def test_serve_config_loads_with_overrides(tmp_path: Path) -> None:
+    from app.commands.serve import load_app_config
+
+    cfg = load_app_config(
+        Path("serve_config.yaml"), {"engine.model": "tiny-llama", "num_replicas": 3, "policy": None}
+    )
+    assert cfg.num_replicas == 3 and cfg.engine.model == "tiny-llama"
+    assert cfg.engine.backend == "vllm" and cfg.policy == "verl"
+    assert cfg.replica_num_cpus <= 0.5  # 2-core machines deadlock with 1 CPU per deployment
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("applications:\n  - args:\n      num_replicas: 0\n")
+    with pytest.raises(ValueError, match="num_replicas"):
+        load_app_config(bad, {})
+    bad.write_text("applications:\n  - args:\n      policy: fastest\n")
+    with pytest.raises(ValueError, match="unknown policy 'fastest'; valid names: verl"):
+        load_app_config(bad, {})
+    result = CliRunner().invoke(cli, ["serve", "--config", str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 2 and "cannot read" in result.output

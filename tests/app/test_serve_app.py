@@ -146,3 +146,31 @@ def test_malformed_json_is_422(client: httpx.Client) -> None:
         "/v1/rollouts", content=b"{not json", headers={"content-type": "application/json"}
     )
     assert r.status_code == 422
+
+
+def test_demo_command_against_live_app(serve_url: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+
+    result = CliRunner().invoke(
+        cli,
+        [
+            "demo",
+            "--url",
+            serve_url,
+            "--prompts",
+            "2",
+            "--group-size",
+            "2",
+            "--max-tokens",
+            "8",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)
+    assert stats["requests"] == 4 and stats["policy"] == "verl"
+    assert 4 <= stats["output_tokens"] <= 32 and stats["tokens_per_s"] > 0
