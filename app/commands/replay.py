@@ -10,7 +10,8 @@ import typer
 
 from core.drafting.benchmark import DEFAULT_KS, DEFAULT_METHODS, ReplayReport, run_replay
 from core.drafting.recorded import load_groups
-from core.drafting.replay import PROTOCOLS
+from core.drafting.replay import DEFAULT_SCORING, PROTOCOLS
+from core.drafting.speculate import SpeculationParams
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -50,7 +51,8 @@ def report_table(file: str, report: ReplayReport) -> str:
     ks = sorted({k for row in report.table.values() for k in row})
     width = max(len(label) for label in report.table) + 2
     lines = [
-        f"{file}  protocol={report.protocol}",
+        f"{file}  protocol={report.protocol}  min_token_prob={report.scoring.min_token_prob}"
+        f"  backoff={report.scoring.backoff}  smoothing={report.scoring.smoothing}",
         "acceptance length (output tokens / steps) | draft tokens per step",
         "method".ljust(width) + "".join(f"k={k}".rjust(18) for k in ks),
     ]
@@ -91,6 +93,19 @@ def replay(
             "siblings as references, n=0 and n=G-1 (paper Table 2), labels 'method@n=N'"
         ),
     ] = "lockstep",
+    min_token_prob: Annotated[
+        float,
+        typer.Option(
+            help="suffix methods stop a path below this probability (SuffixDecoding: 0.1)"
+        ),
+    ] = DEFAULT_SCORING.min_token_prob,
+    backoff: Annotated[
+        int,
+        typer.Option(help="shorter contexts blended into each estimate (0 = SuffixDecoding)"),
+    ] = DEFAULT_SCORING.backoff,
+    smoothing: Annotated[
+        float, typer.Option(help="Witten-Bell escape weight per distinct continuation")
+    ] = DEFAULT_SCORING.smoothing,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Replay drafting methods on recorded group rollouts and print acceptance lengths.
@@ -104,8 +119,11 @@ def replay(
     if protocol not in PROTOCOLS:
         raise typer.BadParameter(f"--protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
     try:
+        scoring = SpeculationParams(
+            min_token_prob=min_token_prob, backoff=backoff, smoothing=smoothing
+        )
         groups = load_groups(file)
-        report = run_replay(groups, names, ks, protocol)
+        report = run_replay(groups, names, ks, protocol, scoring)
     except (ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

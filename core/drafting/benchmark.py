@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from core.drafting.methods import METHODS, method_factory
 from core.drafting.recorded import RecordedGroup
 from core.drafting.replay import (
+    DEFAULT_SCORING,
     PROTOCOLS,
     SpeedFigures,
     Tally,
@@ -20,6 +21,7 @@ from core.drafting.replay import (
     replay_lockstep,
     replay_references,
 )
+from core.drafting.speculate import SpeculationParams
 
 DEFAULT_KS = (4, 8, 16)
 DEFAULT_METHODS = tuple(METHODS)
@@ -29,6 +31,7 @@ SPEED_K = 8
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
     protocol: str
+    scoring: SpeculationParams
     # method label -> k -> totals; labels are method names, or "name@n=N" for ``references``
     table: dict[str, dict[int, Tally]]
     speed: SpeedFigures | None  # None when no grouped method was run
@@ -42,6 +45,7 @@ def run_replay(
     methods: Sequence[str] = DEFAULT_METHODS,
     ks: Sequence[int] = DEFAULT_KS,
     protocol: str = "lockstep",
+    scoring: SpeculationParams = DEFAULT_SCORING,
 ) -> ReplayReport:
     """Replay ``methods`` at every draft budget in ``ks`` on ``groups`` under ``protocol``."""
     if protocol not in PROTOCOLS:
@@ -65,14 +69,14 @@ def run_replay(
 
     if protocol == "lockstep":
         for g in groups:
-            res = replay_lockstep(g, methods, ks)
+            res = replay_lockstep(g, methods, ks, scoring)
             for name in methods:
                 merge(name, res[name])
     else:
         g_max = max(len(g.outputs) for g in groups)
         for n in sorted({0, g_max - 1}):
             for g in groups:
-                res = replay_references(g, methods, ks, min(n, len(g.outputs) - 1))
+                res = replay_references(g, methods, ks, min(n, len(g.outputs) - 1), scoring)
                 for name in methods:
                     merge(f"{name}@n={n}", res[name])
     largest = max(groups, key=lambda g: g.num_tokens)
@@ -82,9 +86,10 @@ def run_replay(
     if grouped:
         # the widest tree is the slowest to draft: report it (append cost is shared)
         speed_method = max(grouped, key=lambda m: (len(m), m))
-        speed = measure_speed(largest, speed_method, SPEED_K)
+        speed = measure_speed(largest, speed_method, SPEED_K, scoring)
     return ReplayReport(
         protocol=protocol,
+        scoring=scoring,
         table=table,
         speed=speed,
         speed_method=speed_method,

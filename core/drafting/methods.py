@@ -9,6 +9,7 @@ the replay protocol alone decides what each request may use. ``grouped*`` method
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from core.drafting.automaton import ROOT, SuffixAutomaton
@@ -24,12 +25,13 @@ class ReplayDrafter(Protocol):
     def draft(self, request: int, max_tokens: int) -> Draft: ...
 
 
-# (prompt, number of requests) -> drafter for one group
-DrafterFactory = Callable[[Sequence[int], int], ReplayDrafter]
+# (prompt, number of requests, scoring template) -> drafter for one group; the template's
+# min_token_prob / backoff / smoothing apply to every suffix method, max_tokens is per call
+DrafterFactory = Callable[[Sequence[int], int, SpeculationParams], ReplayDrafter]
 
 
 class NoDrafter:
-    def __init__(self, prompt: Sequence[int], num_requests: int) -> None:
+    def __init__(self, prompt: Sequence[int], num_requests: int, _: SpeculationParams) -> None:
         del prompt, num_requests
 
     def append(self, request: int, token: int) -> None:
@@ -43,7 +45,7 @@ class NoDrafter:
 class NgramDrafter:
     """vLLM-like prompt lookup on the request's own prompt + output, n from 4 down to 2."""
 
-    def __init__(self, prompt: Sequence[int], num_requests: int) -> None:
+    def __init__(self, prompt: Sequence[int], num_requests: int, _: SpeculationParams) -> None:
         self._ctx = [list(prompt) for _ in range(num_requests)]
 
     def append(self, request: int, token: int) -> None:
@@ -56,16 +58,18 @@ class NgramDrafter:
 class SelfSuffixDrafter:
     """Per-request suffix decoding: the same automaton over the request's own text only."""
 
-    def __init__(self, prompt: Sequence[int], num_requests: int, min_token_prob: float) -> None:
+    def __init__(
+        self, prompt: Sequence[int], num_requests: int, template: SpeculationParams
+    ) -> None:
         self._sams = [SuffixAutomaton() for _ in range(num_requests)]
         self._ends = [s.extend_all(ROOT, prompt) for s in self._sams]
-        self._min_p = min_token_prob
+        self._template = replace(template, width=1)
 
     def append(self, request: int, token: int) -> None:
         self._ends[request] = self._sams[request].extend(self._ends[request], token)
 
     def draft(self, request: int, max_tokens: int) -> Draft:
-        params = SpeculationParams(max_tokens=max_tokens, width=1, min_token_prob=self._min_p)
+        params = replace(self._template, max_tokens=max_tokens)
         return speculate(self._sams[request], self._ends[request], params)
 
 
@@ -75,37 +79,44 @@ class GroupedDrafter:
     GROUP = "replay"
 
     def __init__(
-        self, prompt: Sequence[int], num_requests: int, width: int, min_token_prob: float
+        self, prompt: Sequence[int], num_requests: int, template: SpeculationParams
     ) -> None:
         self.store = DraftStore()
         self.store.register_group(self.GROUP, prompt)
         self._ids = [f"r{i}" for i in range(num_requests)]
-        self._width = width
-        self._min_p = min_token_prob
+        self._t = template
         self._index = self.store.group(self.GROUP)
 
     def append(self, request: int, token: int) -> None:
         self._index.add_token(self._ids[request], token)
 
     def draft(self, request: int, max_tokens: int) -> Draft:
+        t = self._t
         return self.store.speculate(
             self.GROUP,
             self._ids[request],
             max_tokens,
-            width=self._width,
-            min_token_prob=self._min_p,
+            width=t.width,
+            min_token_prob=t.min_token_prob,
+            backoff=t.backoff,
+            smoothing=t.smoothing,
         )
 
 
-DEFAULT_MIN_TOKEN_PROB = 0.1
+def _grouped(width: int) -> DrafterFactory:
+    def make(prompt: Sequence[int], n: int, template: SpeculationParams) -> GroupedDrafter:
+        return GroupedDrafter(prompt, n, replace(template, width=width))
+
+    return make
+
 
 METHODS: dict[str, DrafterFactory] = {
     "none": NoDrafter,
     "ngram": NgramDrafter,
-    "suffix-self": lambda p, n: SelfSuffixDrafter(p, n, DEFAULT_MIN_TOKEN_PROB),
-    "grouped": lambda p, n: GroupedDrafter(p, n, 1, DEFAULT_MIN_TOKEN_PROB),
-    "grouped-tree2": lambda p, n: GroupedDrafter(p, n, 2, DEFAULT_MIN_TOKEN_PROB),
-    "grouped-tree4": lambda p, n: GroupedDrafter(p, n, 4, DEFAULT_MIN_TOKEN_PROB),
+    "suffix-self": SelfSuffixDrafter,
+    "grouped": _grouped(1),
+    "grouped-tree2": _grouped(2),
+    "grouped-tree4": _grouped(4),
 }
 
 

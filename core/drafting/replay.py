@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 
 from core.drafting.methods import ReplayDrafter, method_factory
 from core.drafting.recorded import RecordedGroup
+from core.drafting.speculate import SpeculationParams
 
 PROTOCOLS = ("lockstep", "references")
+# scoring of every suffix method unless a caller passes its own (max_tokens/width are per method)
+DEFAULT_SCORING = SpeculationParams()
 
 
 @dataclass(slots=True)
@@ -63,7 +66,10 @@ def _step(drafter: ReplayDrafter, runner: _Runner, i: int, out: Sequence[int], t
 
 
 def replay_lockstep(
-    group: RecordedGroup, methods: Sequence[str], ks: Sequence[int]
+    group: RecordedGroup,
+    methods: Sequence[str],
+    ks: Sequence[int],
+    scoring: SpeculationParams = DEFAULT_SCORING,
 ) -> dict[str, dict[int, Tally]]:
     """Lockstep replay of every (method, k) on one group."""
     outs = group.outputs
@@ -71,7 +77,7 @@ def replay_lockstep(
     result: dict[str, dict[int, Tally]] = {}
     max_len = max(len(o) for o in outs)
     for name in methods:
-        drafter = method_factory(name)(group.prompt, g)
+        drafter = method_factory(name)(group.prompt, g, scoring)
         runners = [_Runner(k, [0] * g) for k in ks]
         for t in range(max_len):
             for r in runners:
@@ -90,7 +96,11 @@ def replay_lockstep(
 
 
 def replay_references(
-    group: RecordedGroup, methods: Sequence[str], ks: Sequence[int], n_refs: int
+    group: RecordedGroup,
+    methods: Sequence[str],
+    ks: Sequence[int],
+    n_refs: int,
+    scoring: SpeculationParams = DEFAULT_SCORING,
 ) -> dict[str, dict[int, Tally]]:
     """Each request drafts with ``n_refs`` finished siblings (first n others) fed in full."""
     outs = group.outputs
@@ -104,7 +114,7 @@ def replay_references(
             refs = [j for j in range(g) if j != i][:n_refs]
             out = outs[i]
             # drafter slots: 0 = the request itself, 1..n = its finished references
-            drafter = factory(group.prompt, 1 + n_refs)
+            drafter = factory(group.prompt, 1 + n_refs, scoring)
             for slot, j in enumerate(refs, 1):
                 for tok in outs[j]:
                     drafter.append(slot, tok)
@@ -126,12 +136,14 @@ class SpeedFigures:
     speculate_us: float
 
 
-def measure_speed(group: RecordedGroup, method: str, k: int = 8) -> SpeedFigures:
+def measure_speed(
+    group: RecordedGroup, method: str, k: int = 8, scoring: SpeculationParams = DEFAULT_SCORING
+) -> SpeedFigures:
     """Time a grouped method on ``group``: lockstep appends, and one draft per request per step."""
     outs = group.outputs
     g = len(outs)
     max_len = max(len(o) for o in outs)
-    drafter = method_factory(method)(group.prompt, g)
+    drafter = method_factory(method)(group.prompt, g, scoring)
     append_s = 0.0
     spec_s = 0.0
     n_app = 0

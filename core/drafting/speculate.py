@@ -2,16 +2,18 @@
 
 Invariant: a draft continues the longest suffix of the request's context that occurs somewhere
 in the group with a continuation (found by walking suffix links from the request's own end
-state). Each candidate token's probability is its continuation count over the state's total
-continuation count (SuffixDecoding's child count / node count); a node is kept only while its
-path probability is >= ``min_token_prob``. Trees grow best-first by path probability, at most
-``width`` children per node and ``max_tokens`` nodes in all, so a width-1 tree is the greedy
-single path.
+state). A candidate token's probability at a draft node is its continuation count over the
+node's total (SuffixDecoding's child count / node count), blended PPM-style (Witten-Bell) with
+the same estimate at up to ``backoff`` shorter contexts (the suffix-link chain); ``backoff=0``
+is SuffixDecoding's estimate. A node is kept only while its path probability is
+>= ``min_token_prob``. Trees grow best-first by path probability (ties: older first), at most
+``width`` children per node and ``max_tokens`` nodes in all, so width 1 is the greedy path.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 from core.drafting.automaton import ROOT, SuffixAutomaton
@@ -19,15 +21,21 @@ from core.drafting.draft import EMPTY_DRAFT, Draft
 
 MAX_DRAFT_TOKENS = 64
 MAX_WIDTH = 16
+MAX_BACKOFF = 8
+# A shorter context with more distinct continuations than this only re-weights candidates the
+# deeper contexts proposed (it adds no new ones): bounds the cost of a draft step.
+WIDE_STATE = 64
 
 
 @dataclass(frozen=True, slots=True)
 class SpeculationParams:
-    """What one speculation may return."""
+    """What one speculation may return, and how candidates are scored."""
 
     max_tokens: int = 8  # draft tokens in all (tree nodes), 0..MAX_DRAFT_TOKENS; 0 = no draft
     width: int = 1  # children kept per node, 1..MAX_WIDTH; 1 = single path
     min_token_prob: float = 0.1  # stop a path once its probability falls below, in [0, 1]
+    backoff: int = 2  # shorter contexts blended in, 0..MAX_BACKOFF; 0 = SuffixDecoding counts
+    smoothing: float = 1.0  # Witten-Bell escape weight per distinct continuation, in (0, 100]
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_tokens <= MAX_DRAFT_TOKENS:
@@ -38,6 +46,10 @@ class SpeculationParams:
             raise ValueError(f"width must be in [1, {MAX_WIDTH}], got {self.width}")
         if not 0.0 <= self.min_token_prob <= 1.0:
             raise ValueError(f"min_token_prob must be in [0, 1], got {self.min_token_prob}")
+        if not 0 <= self.backoff <= MAX_BACKOFF:
+            raise ValueError(f"backoff must be in [0, {MAX_BACKOFF}], got {self.backoff}")
+        if not (0.0 < self.smoothing <= 100.0) or math.isnan(self.smoothing):
+            raise ValueError(f"smoothing must be in (0, 100], got {self.smoothing}")
 
 
 def match_state(sam: SuffixAutomaton, end_state: int) -> int:
@@ -48,17 +60,69 @@ def match_state(sam: SuffixAutomaton, end_state: int) -> int:
     return v
 
 
-def _ranked(sam: SuffixAutomaton, state: int, width: int) -> tuple[list[tuple[int, int, int]], int]:
-    """Top-``width`` (count, token, next_state) continuations of ``state`` and their total count."""
+def _counts_only(sam: SuffixAutomaton, state: int, width: int) -> list[tuple[float, int, int]]:
+    """Top-``width`` (probability, token, next state) by plain continuation counts."""
     kids = sam.children(state)
+    if not kids:
+        return []
     cnt = sam.count
     scored = [(cnt(u), t, u) for t, u in kids.items()]
     total = 0
     for c, _, _ in scored:
         total += c
+    top = [max(scored)] if width == 1 else heapq.nlargest(width, scored)
+    return [(c / total, t, u) for c, t, u in top]
+
+
+def _blended(
+    sam: SuffixAutomaton, state: int, width: int, backoff: int, smoothing: float
+) -> list[tuple[float, int, int]]:
+    """Top-``width`` candidates by Witten-Bell blending over ``state`` and shorter contexts.
+
+    Level j (j=0 is ``state``) gets the mass the deeper levels escaped, times
+    lambda_j = N_j / (N_j + smoothing * T_j) (N: continuation count, T: distinct tokens); the
+    last level keeps all the rest. A candidate's next state is the one of its deepest level.
+    """
+    cnt = sam.count
+    probs: dict[int, float] = {}
+    states: dict[int, int] = {}
+    rest = 1.0
+    level = state
+    for depth in range(backoff + 1):
+        kids = sam.children(level)
+        if kids:
+            wide = len(kids) > WIDE_STATE and depth > 0
+            if wide:
+                n = cnt(level)
+            else:
+                n = 0
+                for u in kids.values():
+                    n += cnt(u)
+            lam = 1.0 if depth == backoff else n / (n + smoothing * len(kids))
+            w = rest * lam / n
+            if wide:
+                for t in probs:
+                    hit = kids.get(t)
+                    if hit is not None:
+                        probs[t] += w * cnt(hit)
+            else:
+                for t, u in kids.items():
+                    if t in probs:
+                        probs[t] += w * cnt(u)
+                    else:
+                        probs[t] = w * cnt(u)
+                        states[t] = u
+            rest -= rest * lam
+        if level == ROOT:
+            break
+        level = sam.link(level)
+    if not probs:
+        return []
     if width == 1:
-        return ([max(scored)] if scored else []), total
-    return heapq.nlargest(width, scored), total
+        t = max(probs, key=probs.__getitem__)
+        return [(probs[t], t, states[t])]
+    top = heapq.nlargest(width, probs.items(), key=lambda kv: kv[1])
+    return [(p, t, states[t]) for t, p in top]
 
 
 def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -> Draft:
@@ -68,6 +132,8 @@ def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -
     start = match_state(sam, end_state)
     min_p = params.min_token_prob
     width = params.width
+    backoff = params.backoff
+    smoothing = params.smoothing
     tokens: list[int] = []
     parents: list[int] = []
     probs: list[float] = []
@@ -79,12 +145,15 @@ def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -
     state = start
     limit = params.max_tokens
     while True:
-        ranked, total = _ranked(sam, state, width)
-        for c, t, u in ranked:
-            p = path_p * c / total
-            if p < min_p:
+        if backoff:
+            ranked = _blended(sam, state, width, backoff, smoothing)
+        else:
+            ranked = _counts_only(sam, state, width)
+        for p, t, u in ranked:
+            pp = path_p * p
+            if pp < min_p:
                 break
-            heapq.heappush(heap, (-p, seq, parent, t, u))
+            heapq.heappush(heap, (-pp, seq, parent, t, u))
             seq += 1
         if not heap or len(tokens) >= limit:
             break

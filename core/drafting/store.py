@@ -85,9 +85,19 @@ class DraftStore:
         max_tokens: int,
         width: int = 1,
         min_token_prob: float = 0.1,
+        backoff: int = 2,
+        smoothing: float = 1.0,
     ) -> Draft:
+        """Draft for a request: up to ``max_tokens`` nodes, ``width`` branches per node.
+
+        ``backoff``/``smoothing``: see ``SpeculationParams`` (0 = SuffixDecoding scoring).
+        """
         params = SpeculationParams(
-            max_tokens=max_tokens, width=width, min_token_prob=min_token_prob
+            max_tokens=max_tokens,
+            width=width,
+            min_token_prob=min_token_prob,
+            backoff=backoff,
+            smoothing=smoothing,
         )
         return self.group(group_id).speculate(request_id, params)
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from drafting_brute import BruteGroup
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,11 +17,9 @@ schedules = st.lists(
 )
 
 
-def build(
-    prompt: list[int], schedule: list[tuple[int, list[int]]]
-) -> tuple[GroupIndex, BruteGroup]:
+def build(brute, prompt: list[int], schedule: list[tuple[int, list[int]]]) -> tuple:
     idx = GroupIndex("g", prompt)
-    ref = BruteGroup(prompt)
+    ref = brute(prompt)
     for r, toks in schedule:
         idx.add_tokens(f"r{r}", toks)
         ref.add(f"r{r}", toks)
@@ -31,8 +28,8 @@ def build(
 
 @settings(max_examples=150, deadline=None)
 @given(prompt=tokens, schedule=schedules)
-def test_counts_match_brute_force_for_every_short_string(prompt, schedule):
-    idx, ref = build(prompt, schedule)
+def test_counts_match_brute_force_for_every_short_string(brute, prompt, schedule):
+    idx, ref = build(brute, prompt, schedule)
     sam = idx.automaton
     idx.check()
     for n in range(0, 5):
@@ -42,8 +39,8 @@ def test_counts_match_brute_force_for_every_short_string(prompt, schedule):
 
 @settings(max_examples=150, deadline=None)
 @given(prompt=tokens, schedule=schedules)
-def test_match_state_is_longest_suffix_with_a_continuation(prompt, schedule):
-    idx, ref = build(prompt, schedule)
+def test_match_state_is_longest_suffix_with_a_continuation(brute, prompt, schedule):
+    idx, ref = build(brute, prompt, schedule)
     sam = idx.automaton
     for r in ref.outs:
         end = sam.find(ref.text(r))
@@ -58,8 +55,8 @@ def test_match_state_is_longest_suffix_with_a_continuation(prompt, schedule):
 
 @settings(max_examples=60, deadline=None)
 @given(prompt=tokens, schedule=schedules)
-def test_substrings_found_iff_they_occur(prompt, schedule):
-    idx, ref = build(prompt, schedule)
+def test_substrings_found_iff_they_occur(brute, prompt, schedule):
+    idx, ref = build(brute, prompt, schedule)
     texts = [ref.prompt] + [ref.text(r) for r in ref.outs]
     subs = {tuple(t[i:j]) for t in texts for i in range(len(t)) for j in range(i + 1, len(t) + 1)}
     for w in subs:

@@ -10,6 +10,9 @@ from core.drafting.benchmark import run_replay
 from core.drafting.methods import METHODS, method_factory
 from core.drafting.recorded import RecordedGroup, load_groups
 from core.drafting.replay import Tally, measure_speed, replay_lockstep, replay_references
+from core.drafting.speculate import SpeculationParams
+
+COUNTS = SpeculationParams(backoff=0)  # SuffixDecoding scoring: what the hand computations use
 
 # One request repeating "1 2" after prompt [9]; hand-computed with k=2, min_token_prob 0.1:
 #  t=0 ctx [9]: nothing follows "9" yet, back to the root: only "9" seen -> draft [9], 0 accepted
@@ -19,7 +22,8 @@ from core.drafting.replay import Tally, measure_speed, replay_lockstep, replay_r
 # 6 tokens in 4 steps = 1.5; draft tokens 1 + 2 + 2 + 2 = 7 -> 1.75 per step.
 REPEAT = RecordedGroup("rep", (9,), ((1, 2, 1, 2, 1, 2),))
 
-# Two identical requests [1 2 3 4] after prompt [7]; with the other one as a finished reference:
+# Two identical requests [1 2 3 4] after prompt [7]; with the other one as a finished reference
+# (the same with PPM blending: every continuation there is certain at the deepest level):
 #  k=2: t=0 "7" continues 1 2 (p 1): both accepted, +3; t=3: "7 1 2 3" -> [4]: accepted, end.
 #       4 tokens in 2 steps = 2.0 per request; draft tokens 2 + 1 = 3 -> 1.5 per step
 #  k=4: t=0 draft [1 2 3 4], all accepted: one step, 4.0
@@ -27,7 +31,7 @@ TWINS = RecordedGroup("twins", (7,), ((1, 2, 3, 4), (1, 2, 3, 4)))
 
 
 def test_lockstep_hand_computed_repeat():
-    res = replay_lockstep(REPEAT, ["none", "grouped", "suffix-self"], [2])
+    res = replay_lockstep(REPEAT, ["none", "grouped", "suffix-self"], [2], COUNTS)
     assert (res["none"][2].tokens, res["none"][2].steps) == (6, 6)
     g = res["grouped"][2]
     assert (g.tokens, g.steps, g.draft_tokens) == (6, 4, 7)
@@ -39,7 +43,7 @@ def test_lockstep_hand_computed_repeat():
 
 
 def test_references_hand_computed_twins():
-    res = replay_references(TWINS, ["grouped", "grouped-tree4"], [2, 4], n_refs=1)
+    res = replay_references(TWINS, ["grouped", "grouped-tree4"], [2, 4], 1, COUNTS)
     for name in ("grouped", "grouped-tree4"):
         assert (res[name][2].tokens, res[name][2].steps, res[name][2].draft_tokens) == (8, 4, 6)
         assert res[name][4].acceptance_length == 4.0

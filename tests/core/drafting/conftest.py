@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import pytest
+
 
 class BruteGroup:
     def __init__(self, prompt: Sequence[int]) -> None:
@@ -49,3 +51,9 @@ class BruteGroup:
             if self.continuations(text[len(text) - n :]):
                 return n
         return 0
+
+
+@pytest.fixture(scope="session")
+def brute() -> type[BruteGroup]:
+    """The brute-force reference matcher class (conftest: tests run with importlib mode)."""
+    return BruteGroup
