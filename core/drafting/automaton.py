@@ -18,18 +18,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 ROOT = 0
+# States with more distinct continuations than this (short contexts) serve their top
+# ``TOP_CACHED`` continuations from a cache, refreshed once the state's count has grown by
+# ``REFRESH_FRACTION``: a draft step then costs O(TOP_CACHED), not O(vocabulary seen).
+WIDE_STATE = 32
+TOP_CACHED = 16
+REFRESH_FRACTION = 0.05
 
 
 class SuffixAutomaton:
     """States are ints; ``ROOT`` (0) is the empty string. Not thread-safe; callers serialize."""
 
-    __slots__ = ("_next", "_link", "_len", "_cnt")
+    __slots__ = ("_next", "_link", "_len", "_cnt", "_top")
 
     def __init__(self) -> None:
         self._next: list[dict[int, int]] = [{}]
         self._link: list[int] = [-1]
         self._len: list[int] = [0]
         self._cnt: list[int] = [0]
+        # wide state -> (its count when cached, top (count, token) pairs, total, distinct)
+        self._top: dict[int, tuple[int, list[tuple[int, int]], int, int]] = {}
 
     # ---- building -------------------------------------------------------------------------
     def extend(self, last: int, token: int) -> int:
@@ -88,12 +96,54 @@ class SuffixAutomaton:
         """token -> next state (read-only view; do not mutate)."""
         return self._next[state]
 
+    def continuations(self, state: int) -> tuple[list[tuple[int, int]], int, int]:
+        """(count, token) continuations of ``state``, their total count and distinct tokens.
+
+        Narrow states return every continuation, exact and unordered. Wide states return their
+        top ``TOP_CACHED`` best first, with counts up to ``REFRESH_FRACTION`` stale.
+        """
+        kids = self._next[state]
+        cnt = self._cnt
+        if len(kids) <= WIDE_STATE:
+            pairs = [(cnt[u], t) for t, u in kids.items()]
+            total = 0
+            for c, _ in pairs:
+                total += c
+            return pairs, total, len(pairs)
+        now = cnt[state]
+        hit = self._top.get(state)
+        if hit is not None and now <= hit[0] * (1.0 + REFRESH_FRACTION):
+            return hit[1], hit[2], hit[3]
+        pairs = [(cnt[u], t) for t, u in kids.items()]
+        total = 0
+        for c, _ in pairs:
+            total += c
+        pairs.sort(reverse=True)
+        entry = (now, pairs[:TOP_CACHED], total, len(pairs))
+        self._top[state] = entry
+        return entry[1], entry[2], entry[3]
+
     def link(self, state: int) -> int:
         return self._link[state]
 
     def length(self, state: int) -> int:
         """Length of the longest string of ``state``."""
         return self._len[state]
+
+    @property
+    def transitions(self) -> list[dict[int, int]]:
+        """token -> next state of every state, indexed by state (read-only: do not mutate)."""
+        return self._next
+
+    @property
+    def links(self) -> list[int]:
+        """Suffix link of every state, indexed by state (read-only: do not mutate)."""
+        return self._link
+
+    @property
+    def counts(self) -> list[int]:
+        """Occurrence count of every state, indexed by state (read-only: do not mutate)."""
+        return self._cnt
 
     def count(self, state: int) -> int:
         """Number of (sequence, end position) occurrences of the strings of ``state``."""
@@ -123,7 +173,8 @@ class SuffixAutomaton:
 
     def approx_bytes(self) -> int:
         """Rough CPython footprint: per state 3 list slots + a dict; per transition a dict slot."""
-        return self.num_states * (3 * 8 + 64) + self.num_transitions * 40
+        cached = len(self._top) * (TOP_CACHED * 72 + 120)
+        return self.num_states * (4 * 8 + 64) + self.num_transitions * 40 + cached
 
     def check(self) -> None:
         """Verify the structural invariants; raises AssertionError naming the first bad state."""

@@ -16,15 +16,12 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from core.drafting.automaton import ROOT, SuffixAutomaton
+from core.drafting.automaton import ROOT, WIDE_STATE, SuffixAutomaton
 from core.drafting.draft import EMPTY_DRAFT, Draft
 
 MAX_DRAFT_TOKENS = 64
 MAX_WIDTH = 16
 MAX_BACKOFF = 8
-# A shorter context with more distinct continuations than this only re-weights candidates the
-# deeper contexts proposed (it adds no new ones): bounds the cost of a draft step.
-WIDE_STATE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +59,12 @@ def match_state(sam: SuffixAutomaton, end_state: int) -> int:
 
 def _counts_only(sam: SuffixAutomaton, state: int, width: int) -> list[tuple[float, int, int]]:
     """Top-``width`` (probability, token, next state) by plain continuation counts."""
-    kids = sam.children(state)
-    if not kids:
+    pairs, total, _ = sam.continuations(state)
+    if not pairs:
         return []
-    cnt = sam.count
-    scored = [(cnt(u), t, u) for t, u in kids.items()]
-    total = 0
-    for c, _, _ in scored:
-        total += c
-    top = [max(scored)] if width == 1 else heapq.nlargest(width, scored)
-    return [(c / total, t, u) for c, t, u in top]
+    kids = sam.children(state)
+    top = [max(pairs)] if width == 1 else heapq.nlargest(width, pairs)
+    return [(c / total, t, kids[t]) for c, t in top]
 
 
 def _blended(
@@ -82,47 +75,55 @@ def _blended(
     Level j (j=0 is ``state``) gets the mass the deeper levels escaped, times
     lambda_j = N_j / (N_j + smoothing * T_j) (N: continuation count, T: distinct tokens); the
     last level keeps all the rest. A candidate's next state is the one of its deepest level.
+    A wide shorter context only re-weights the candidates deeper levels proposed.
     """
-    cnt = sam.count
+    cnt = sam.counts
+    nxt = sam.transitions
+    link = sam.links
     probs: dict[int, float] = {}
     states: dict[int, int] = {}
     rest = 1.0
     level = state
     for depth in range(backoff + 1):
-        kids = sam.children(level)
-        if kids:
-            wide = len(kids) > WIDE_STATE and depth > 0
-            if wide:
-                n = cnt(level)
-            else:
-                n = 0
-                for u in kids.values():
-                    n += cnt(u)
-            lam = 1.0 if depth == backoff else n / (n + smoothing * len(kids))
+        kids = nxt[level]
+        if len(kids) <= WIDE_STATE:
+            n = 0
+            for u in kids.values():
+                n += cnt[u]
+            if n:
+                lam = 1.0 if depth == backoff else n / (n + smoothing * len(kids))
+                w = rest * lam / n
+                for t, u in kids.items():
+                    if t in probs:
+                        probs[t] += w * cnt[u]
+                    else:
+                        probs[t] = w * cnt[u]
+                        states[t] = u
+                rest -= rest * lam
+        else:
+            pairs, n, distinct = sam.continuations(level)
+            lam = 1.0 if depth == backoff else n / (n + smoothing * distinct)
             w = rest * lam / n
-            if wide:
+            if depth:  # a wide shorter context only re-weights the deeper candidates
                 for t in probs:
                     hit = kids.get(t)
                     if hit is not None:
-                        probs[t] += w * cnt(hit)
+                        probs[t] += w * cnt[hit]
             else:
-                for t, u in kids.items():
-                    if t in probs:
-                        probs[t] += w * cnt(u)
-                    else:
-                        probs[t] = w * cnt(u)
-                        states[t] = u
+                for c, t in pairs:
+                    probs[t] = w * c
+                    states[t] = kids[t]
             rest -= rest * lam
         if level == ROOT:
             break
-        level = sam.link(level)
+        level = link[level]
     if not probs:
         return []
     if width == 1:
         t = max(probs, key=probs.__getitem__)
         return [(probs[t], t, states[t])]
-    top = heapq.nlargest(width, probs.items(), key=lambda kv: kv[1])
-    return [(p, t, states[t]) for t, p in top]
+    top = heapq.nlargest(width, [(p, t) for t, p in probs.items()])
+    return [(p, t, states[t]) for p, t in top]
 
 
 def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -> Draft:
@@ -155,7 +156,7 @@ def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -
                 break
             heapq.heappush(heap, (-pp, seq, parent, t, u))
             seq += 1
-        if not heap or len(tokens) >= limit:
+        if not heap:
             break
         neg_p, _, grand, t, state = heapq.heappop(heap)
         parent = len(tokens)
@@ -163,4 +164,6 @@ def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -
         tokens.append(t)
         parents.append(grand)
         probs.append(path_p)
+        if len(tokens) >= limit:
+            break
     return Draft(tuple(tokens), tuple(parents), tuple(probs), sam.length(start))
