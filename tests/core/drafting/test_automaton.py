@@ -98,3 +98,33 @@ def test_memory_grows_with_tokens():
     assert sam.approx_bytes() > small
     assert sam.num_states == 101
     assert sam.num_transitions >= 100
+
+
+def test_wide_state_serves_a_cached_top_list_refreshed_on_growth():
+    from core.drafting.automaton import REFRESH_FRACTION, TOP_CACHED, WIDE_STATE
+
+    sam = SuffixAutomaton()
+    # token 0 followed by 40 distinct tokens; token 1 follows it most often
+    text = []
+    for t in range(1, 41):
+        text += [0, t]
+    text += [0, 1] * 5
+    end = sam.extend_all(ROOT, text)
+    zero = sam.find([0])
+    assert zero is not None and len(sam.children(zero)) == 40 > WIDE_STATE
+    pairs, total, distinct = sam.continuations(zero)
+    assert len(pairs) == TOP_CACHED and pairs[0] == (6, 1)
+    assert pairs == sorted(pairs, reverse=True)
+    assert (total, distinct) == (45, 40)
+    # one more "0 2": under REFRESH_FRACTION growth the cached (stale) list is served
+    end = sam.extend_all(end, [0, 2])
+    assert sam.count(zero) <= 45 * (1 + REFRESH_FRACTION)
+    assert sam.continuations(zero)[1] == 45
+    # enough growth refreshes it: "0 2" x 5 more
+    end = sam.extend_all(end, [0, 2] * 5)
+    pairs, total, _ = sam.continuations(zero)
+    assert total == 51 and pairs[0] == (7, 2)
+    # narrow states are always exact
+    one = sam.find([1])
+    assert one is not None
+    assert sam.continuations(one)[1] == sum(sam.count(u) for u in sam.children(one).values())
