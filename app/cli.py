@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.commands import demo, models, replay, serve
+from app.commands import demo, models, replay, serve, simulate
 
 cli = typer.Typer(
     name="seer",
@@ -20,6 +20,7 @@ def _root() -> None:
 
 
 models.register(cli)
+simulate.register(cli)
 serve.register(cli)
 demo.register(cli)
 replay.register(cli)

@@ -1,0 +1,135 @@
+"""``seer simulate``: the cluster simulator on Table 3-shaped workloads (the ``simulate`` bench)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from core.sim.report import SimulationReport
+
+DEFAULT_POLICIES = "verl,divided,context,seer,oracle"
+
+
+def simulate(
+    workload: Annotated[
+        str,
+        typer.Option(
+            help="preset: moonlight, qwen2-vl, kimi-k2 (paper Table 3), or replay:FILE "
+            "(lengths of recorded rollouts, gzip JSONL, on the qwen2-vl cost model)"
+        ),
+    ] = "qwen2-vl",
+    groups: Annotated[int | None, typer.Option(help="prompt groups (overrides the preset)")] = None,
+    group_size: Annotated[int | None, typer.Option(help="responses per group G")] = None,
+    mean_tokens: Annotated[float | None, typer.Option(help="mean output tokens (capped)")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="generation cap per response")] = None,
+    instances: Annotated[int | None, typer.Option(help="engine instances")] = None,
+    length_sigma: Annotated[
+        float | None, typer.Option(help="std-dev of the groups' latent log length")
+    ] = None,
+    within_sigma: Annotated[
+        float | None, typer.Option(help="std-dev of log length among siblings of a group")
+    ] = None,
+    scale: Annotated[
+        float,
+        typer.Option(help="multiply groups and instances by this (same load per instance)"),
+    ] = 1.0,
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated: verl, divided, context, context-max (paper's literal "
+            "Algorithm 2), seer, oracle"
+        ),
+    ] = DEFAULT_POLICIES,
+    seed: Annotated[int, typer.Option(help="seed of the workload's lengths")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="write per-instance activity over time per policy to this PNG"),
+    ] = None,
+    chunk_tokens: Annotated[
+        int | None, typer.Option(help="chunk size of divided rollout (default: scheduler's)")
+    ] = None,
+    acceptance: Annotated[
+        str,
+        typer.Option(
+            help="acceptance calibration for seer: paper (Table 2, 4 paths), paper-1path, "
+            "or replay:FILE (JSON of `seer replay --json`)"
+        ),
+    ] = "paper",
+) -> None:
+    """Simulate one rollout iteration on N engine instances in virtual time and compare
+    policies: throughput (output tokens/s), makespan, tail (time spent on the last 10% of
+    requests) and the lower bound max(total work / instances, longest request alone).
+
+    The simulator drives the same core.scheduling.Scheduler the service runs; the cost model
+    is calibrated so that verl reproduces the paper's veRL rollout times (docs/simulator.md).
+    """
+    from core.sim.report import SimulationRequest, run_simulation
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    overrides = {
+        "groups": groups,
+        "group_size": group_size,
+        "mean_tokens": mean_tokens,
+        "max_tokens": max_tokens,
+        "instances": instances,
+        "length_sigma": length_sigma,
+        "within_sigma": within_sigma,
+    }
+    try:
+        req = SimulationRequest(
+            workload=workload,
+            overrides={k: v for k, v in overrides.items() if v is not None},
+            scale=scale,
+            policies=tuple(names),
+            seed=seed,
+            chunk_tokens=chunk_tokens,
+            acceptance=acceptance,
+            trace=plot is not None,
+        )
+        report = run_simulation(req) if as_json else _run_with_progress(req)
+    except (ValueError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if plot is not None:
+        from core.sim.plot import plot_activity
+
+        try:
+            plot_activity(report, plot)
+        except ImportError as exc:
+            typer.echo(f"error: --plot needs matplotlib ({exc})", err=True)
+            raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(report.to_json()))
+    else:
+        typer.echo(report.table())
+        if plot is not None:
+            typer.echo(f"plot: {plot}")
+
+
+def _run_with_progress(req: object) -> SimulationReport:
+    from core.sim.report import SimulationRequest, run_simulation
+
+    assert isinstance(req, SimulationRequest)
+    n = len(req.policies)
+    with typer.progressbar(length=100 * n, label="simulating", file=sys.stderr) as bar:
+        done = [0]
+
+        def tick(policy_index: int, fraction: float) -> None:
+            target = int(100 * policy_index + 100 * fraction)
+            if target > done[0]:
+                bar.update(target - done[0])
+                done[0] = target
+
+        report = run_simulation(dataclasses.replace(req, trace=req.trace), progress=tick)
+    return report
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command("simulate")(simulate)

@@ -1,0 +1,72 @@
+"""Ordering policies: which queued (non-probe) request gets the next free slot.
+
+Invariant: an ordering is a pure function of the scheduler's state and one request index,
+returning a key; the queued request with the *smallest* key is dispatched next, ties broken by
+submission order. Keys are recomputed whenever their inputs change (the request is re-queued, a
+sibling finishes, population statistics are refreshed), so a stale key is never used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from core.scheduling.config import SchedulerConfig
+from core.scheduling.estimate import GroupStats, PopulationStats, context_remaining
+
+
+class OrderingState(Protocol):
+    """The part of the scheduler state an ordering may read."""
+
+    config: SchedulerConfig
+    generated: list[int]
+    group_of: list[int]
+    groups: list[GroupStats]
+    population: PopulationStats
+    oracle_lengths: Sequence[int] | None
+
+
+OrderingFn = Callable[[OrderingState, int], float]
+
+
+def fifo_key(state: OrderingState, r: int) -> float:
+    """``divided``: submission order; a re-queued request keeps its place in line."""
+    return float(r)
+
+
+def context_max_key(state: OrderingState, r: int) -> float:
+    """Paper's Algorithm 2: largest estimated group length first, estimate = max finished
+    sibling (the cap until one finishes), raised by the furthest sibling progress."""
+    return -float(state.groups[state.group_of[r]].paper_estimate())
+
+
+def context_key(state: OrderingState, r: int) -> float:
+    """Ours: largest hedged estimate of the request's own *total* length first (group evidence
+    + prior + its own progress; see ``core.scheduling.estimate``). A request that keeps running
+    only climbs, so chunk boundaries do not shuffle running requests."""
+    g = state.groups[state.group_of[r]]
+    y = state.generated[r]
+    return -(context_remaining(g, state.population, y, state.config.hedge_quantile) + y)
+
+
+def oracle_key(state: OrderingState, r: int) -> float:
+    """Longest true remaining length first (needs the true lengths; a yardstick, not a policy
+    a real service can run)."""
+    if state.oracle_lengths is None:
+        raise ValueError("ordering 'oracle' needs oracle_lengths (the true output lengths)")
+    return -float(state.oracle_lengths[r] - state.generated[r])
+
+
+ORDERINGS: dict[str, OrderingFn] = {
+    "fifo": fifo_key,
+    "context": context_key,
+    "context-max": context_max_key,
+    "oracle": oracle_key,
+}
+
+
+def get_ordering(name: str) -> OrderingFn:
+    try:
+        return ORDERINGS[name]
+    except KeyError:
+        raise ValueError(f"unknown ordering {name!r}; valid: {sorted(ORDERINGS)}") from None

@@ -1,0 +1,82 @@
+"""Rollout policies by name: how the scheduler is configured and whether engines speculate.
+
+Invariant: a policy is a plain function ``(base config) -> (scheduler config, speculate)``; it
+changes only the fields that define it (divided or not, ordering, probes), so chunk size,
+routing and estimator settings given by the caller apply to every divided policy alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.scheduling.config import SchedulerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyPlan:
+    """What a policy asks of the scheduler and of the engines."""
+
+    name: str
+    config: SchedulerConfig
+    speculate: bool
+
+
+PolicyFn = Callable[[SchedulerConfig], PolicyPlan]
+
+
+def _plan(
+    name: str, base: SchedulerConfig, speculate: bool, divided: bool, ordering: str, probes: bool
+) -> PolicyPlan:
+    config = dataclasses.replace(base, divided=divided, ordering=ordering, probes=probes)
+    return PolicyPlan(name=name, config=config, speculate=speculate)
+
+
+def verl(base: SchedulerConfig) -> PolicyPlan:
+    """veRL: whole groups round-robin up front, no chunking, no speculation."""
+    return _plan("verl", base, False, divided=False, ordering="fifo", probes=False)
+
+
+def divided(base: SchedulerConfig) -> PolicyPlan:
+    """Divided rollout alone: chunks routed by load, FIFO order."""
+    return _plan("divided", base, False, divided=True, ordering="fifo", probes=False)
+
+
+def context(base: SchedulerConfig) -> PolicyPlan:
+    """Divided + context-aware ordering (probes + our hedged remaining-length estimate)."""
+    return _plan("context", base, False, divided=True, ordering="context", probes=True)
+
+
+def context_max(base: SchedulerConfig) -> PolicyPlan:
+    """Divided + the paper's literal Algorithm 2 estimate (max finished sibling length)."""
+    return _plan("context-max", base, False, divided=True, ordering="context-max", probes=True)
+
+
+def seer(base: SchedulerConfig) -> PolicyPlan:
+    """All three techniques: ``context`` + adaptive grouped speculative decoding."""
+    return _plan("seer", base, True, divided=True, ordering="context", probes=True)
+
+
+def oracle(base: SchedulerConfig) -> PolicyPlan:
+    """Divided + longest true remaining length first (knows every length; a yardstick)."""
+    return _plan("oracle", base, False, divided=True, ordering="oracle", probes=False)
+
+
+POLICIES: dict[str, PolicyFn] = {
+    "verl": verl,
+    "divided": divided,
+    "context": context,
+    "context-max": context_max,
+    "seer": seer,
+    "oracle": oracle,
+}
+
+
+def get_policy(name: str, base: SchedulerConfig | None = None) -> PolicyPlan:
+    """The plan of policy ``name`` on top of ``base`` (default ``SchedulerConfig()``)."""
+    try:
+        fn = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; valid: {sorted(POLICIES)}") from None
+    return fn(base if base is not None else SchedulerConfig())

@@ -1,0 +1,415 @@
+"""The divided-rollout scheduler: a pure state machine shared by the Serve app and the simulator.
+
+Invariant: every request is in exactly one phase (QUEUED, RUNNING, FINISHED); a RUNNING request
+has exactly one chunk in flight, on one replica, whose KV reservation (prompt + generated +
+chunk budget) is counted on that replica until the chunk is reported back; in divided mode a
+chunk is dispatched only where the reservation fits, so the scheduler never causes preemption.
+A chunk continues the request where the previous one stopped; the request is re-queued after
+each chunk until EOS or its own max_tokens. Dispatch order: probes first (smallest generated
+first), then every ``starvation_interval``-th slot to the longest-waiting request, otherwise the
+ordering policy's smallest key.
+
+Driving it (the caller owns time and engines):
+``submit(groups)`` -> ``schedule()`` -> run each ``ChunkDecision`` -> ``complete(...)`` ->
+``schedule()`` ... until ``done``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+from core.engine.types import FinishReason
+from core.scheduling.config import SchedulerConfig
+from core.scheduling.estimate import GroupStats, LengthPrior, PopulationStats
+from core.scheduling.ordering import get_ordering
+from core.scheduling.routing import ReplicaTable, get_routing
+from core.scheduling.types import (
+    ChunkDecision,
+    GroupSpec,
+    ReplicaLoad,
+    ReplicaSpec,
+    RequestPhase,
+)
+from core.scheduling.verl import verl_assign
+
+_QUEUED = RequestPhase.QUEUED
+_RUNNING = RequestPhase.RUNNING
+_FINISHED = RequestPhase.FINISHED
+_MAX_SKIPS = 8  # queued requests set aside per schedule() call when no replica fits them
+
+
+class Scheduler:
+    """Divided rollout + context-aware ordering (or the veRL baseline when not divided)."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        replicas: Sequence[ReplicaSpec],
+        prior: LengthPrior | None = None,
+    ) -> None:
+        if not replicas:
+            raise ValueError("need at least one replica")
+        ids = [r.replica_id for r in replicas]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate replica ids in {ids}")
+        self.config = config
+        self.replicas = list(replicas)
+        self.prior = prior
+        self._order = get_ordering(config.ordering)
+        self._route = get_routing(config.routing)
+        self._table = ReplicaTable(
+            capacity=[r.kv_capacity_tokens for r in replicas],
+            max_running=[r.max_running for r in replicas],
+            running=[0] * len(replicas),
+            reserved=[0] * len(replicas),
+        )
+        self._free_slots = sum(r.max_running for r in replicas)
+        # Per-request state, indexed by submission order.
+        self.request_ids: list[str] = []
+        self._index: dict[str, int] = {}
+        self.group_of: list[int] = []
+        self.generated: list[int] = []
+        self.phase: list[RequestPhase] = []
+        self.is_probe: list[bool] = []
+        self._max_tokens: list[int] = []
+        self._prompt: list[int] = []
+        self._version: list[int] = []
+        self._stamp: list[int] = []  # times enqueued; identifies the live FIFO entry
+        self._kv_replica: list[int] = []
+        self._chunk_replica: list[int] = []
+        self._chunk_budget: list[int] = []
+        self._chunk_reserve: list[int] = []
+        self._oracle: list[int] = []
+        self.oracle_lengths: Sequence[int] | None = None
+        # Per-group state.
+        self.group_ids: list[str] = []
+        self._group_set: set[str] = set()
+        self.groups: list[GroupStats] = []
+        self._group_replica: list[int] = []
+        self.population = PopulationStats(prior_sigma=config.within_sigma_prior)
+        # Queues (lazy deletion: an entry is live iff its version matches).
+        self._heap: list[tuple[float, int, int]] = []
+        self._probes: list[tuple[int, int, int]] = []
+        self._fifo: deque[tuple[int, int]] = deque()
+        self._n_queued = 0
+        self._n_finished = 0
+        self._since_rekey = 0
+        self._dispatches = 0
+        self._verl_next = 0
+        self._group_keys_depend = config.ordering in ("context", "context-max")
+
+    # ------------------------------------------------------------------ inputs
+    def submit(
+        self, groups: Sequence[GroupSpec], oracle_lengths: Mapping[str, int] | None = None
+    ) -> None:
+        """Queue new groups. ``oracle_lengths`` (request_id -> true length) is required by the
+        ``oracle`` ordering and ignored otherwise."""
+        need_oracle = self.config.ordering == "oracle" and self.config.divided
+        seen: set[str] = set()
+        for spec in groups:
+            if spec.group_id in seen or spec.group_id in self._group_set:
+                raise ValueError(f"group {spec.group_id!r} submitted twice")
+            seen.add(spec.group_id)
+            for rid in spec.request_ids:
+                if rid in self._index:
+                    raise ValueError(f"request {rid!r} submitted twice")
+                if need_oracle and (oracle_lengths is None or rid not in oracle_lengths):
+                    raise ValueError(f"ordering 'oracle' needs the true length of {rid!r}")
+        new_groups: list[int] = []
+        for spec in groups:
+            gi = len(self.groups)
+            stats = GroupStats(cap=spec.max_tokens)
+            if self.prior is not None:
+                recorded = self.prior.lengths(spec.prompt_key or spec.group_id)
+                if recorded:
+                    stats.seed_prior(
+                        [min(x, spec.max_tokens) for x in recorded], self.config.prior_weight
+                    )
+            self.groups.append(stats)
+            self.group_ids.append(spec.group_id)
+            self._group_set.add(spec.group_id)
+            self._group_replica.append(-1)
+            new_groups.append(gi)
+            for k, rid in enumerate(spec.request_ids):
+                r = len(self.request_ids)
+                self.request_ids.append(rid)
+                self._index[rid] = r
+                self.group_of.append(gi)
+                self.generated.append(0)
+                self.phase.append(_QUEUED)
+                self.is_probe.append(self.config.probes and k == 0)
+                self._max_tokens.append(spec.max_tokens)
+                self._prompt.append(spec.prompt_tokens)
+                self._version.append(0)
+                self._stamp.append(0)
+                self._kv_replica.append(-1)
+                self._chunk_replica.append(-1)
+                self._chunk_budget.append(0)
+                self._chunk_reserve.append(0)
+                if need_oracle and oracle_lengths is not None:
+                    true = oracle_lengths[rid]
+                    if not 1 <= true <= spec.max_tokens:
+                        raise ValueError(
+                            f"oracle length of {rid!r} is {true}, outside [1, {spec.max_tokens}]"
+                        )
+                    self._oracle.append(true)
+                else:
+                    self._oracle.append(spec.max_tokens)
+                stats.members.append(r)
+        if need_oracle:
+            self.oracle_lengths = self._oracle
+        if not self.config.divided:
+            ids = [self.group_ids[g] for g in new_groups]
+            n = len(self.replicas)
+            for a, gi in zip(verl_assign(ids, n, self._verl_next % n), new_groups, strict=True):
+                self._group_replica[gi] = a.replica
+            self._verl_next += len(new_groups)
+        for gi in new_groups:
+            for r in self.groups[gi].members:
+                self._enqueue(r)
+
+    def complete(self, request_id: str, new_tokens: int, finish_reason: FinishReason) -> bool:
+        """Record what one in-flight chunk produced; returns True when the request finished.
+
+        ``finish_reason`` STOP/LENGTH finish the request, CHUNK re-queues it (it must then have
+        used its whole chunk budget), ABORT re-queues it keeping the tokens it produced."""
+        r = self._lookup(request_id)
+        if self.phase[r] is not _RUNNING:
+            raise ValueError(
+                f"request {request_id!r} has no chunk in flight (it is {self.phase[r].value})"
+            )
+        budget = self._chunk_budget[r]
+        if not 0 <= new_tokens <= budget:
+            raise ValueError(
+                f"request {request_id!r}: new_tokens={new_tokens} outside [0, {budget}] "
+                "(the chunk's budget)"
+            )
+        if finish_reason is FinishReason.CHUNK and new_tokens != budget:
+            raise ValueError(
+                f"request {request_id!r}: finish 'chunk' after {new_tokens} tokens, budget {budget}"
+            )
+        rep = self._chunk_replica[r]
+        t = self._table
+        t.running[rep] -= 1
+        t.reserved[rep] -= self._chunk_reserve[r]
+        self._free_slots += 1
+        self._chunk_reserve[r] = 0
+        self._kv_replica[r] = rep
+        gen = self.generated[r] + new_tokens
+        self.generated[r] = gen
+        g = self.groups[self.group_of[r]]
+        finished = finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
+        finished = finished or gen >= self._max_tokens[r]
+        if finished:
+            if gen < 1:
+                raise ValueError(f"request {request_id!r} finished with 0 generated tokens")
+            self.phase[r] = _FINISHED
+            self._version[r] += 1
+            g.observe_finished(gen)
+            g.set_running_max(
+                max(
+                    (self.generated[m] for m in g.members if self.phase[m] is not _FINISHED),
+                    default=0,
+                )
+            )
+            self.is_probe[r] = False
+            self._n_finished += 1
+            self._since_rekey += 1
+        else:
+            g.observe_progress(gen)
+            self._enqueue(r)
+        if self._group_keys_depend:
+            if self._since_rekey >= self.config.rekey_every:
+                self._rekey_all()
+            else:
+                self._rekey_group(g, skip=r)
+        return finished
+
+    def report_progress(self, request_id: str, generated: int) -> None:
+        """Optional streaming update of a running request's progress (a lower bound on its
+        group's length); never lowers what is known."""
+        r = self._lookup(request_id)
+        if generated > self._max_tokens[r]:
+            raise ValueError(
+                f"request {request_id!r}: generated={generated} > max_tokens={self._max_tokens[r]}"
+            )
+        g = self.groups[self.group_of[r]]
+        if generated > g.max_progress:
+            g.observe_progress(generated)
+            if self._group_keys_depend:
+                self._rekey_group(g, skip=-1)
+
+    # ------------------------------------------------------------------ decisions
+    def schedule(self) -> list[ChunkDecision]:
+        """Dispatch as many queued requests as the replicas can admit, best first."""
+        if not self.config.divided:
+            return self._schedule_verl()
+        out: list[ChunkDecision] = []
+        skipped: list[int] = []
+        t = self._table
+        chunk = self.config.chunk_tokens
+        while self._free_slots > 0 and self._n_queued > 0:
+            r = self._pop()
+            if r < 0:
+                break
+            budget = min(chunk, self._max_tokens[r] - self.generated[r])
+            ctx = self._prompt[r] + self.generated[r]
+            need = ctx + budget
+            kv = self._kv_replica[r]
+            rep = self._route(t, kv, need, self.config.cache_threshold)
+            if rep < 0:
+                skipped.append(r)
+                if len(skipped) >= _MAX_SKIPS:
+                    break
+                continue
+            out.append(self._dispatch(r, rep, budget, need, kv))
+        for r in skipped:  # back in line, keeping their waiting position
+            self._n_queued += 1
+            self._version[r] += 1
+            self._push(r)
+            if self.config.starvation_interval > 0:
+                self._fifo.appendleft((r, self._stamp[r]))
+        return out
+
+    def _schedule_verl(self) -> list[ChunkDecision]:
+        out: list[ChunkDecision] = []
+        while self._fifo:
+            r, stamp = self._fifo.popleft()
+            if stamp != self._stamp[r] or self.phase[r] is not _QUEUED:
+                continue
+            self._take(r)
+            rep = self._group_replica[self.group_of[r]]
+            budget = self._max_tokens[r] - self.generated[r]
+            need = self._prompt[r] + self._max_tokens[r]
+            out.append(self._dispatch(r, rep, budget, need, self._kv_replica[r]))
+        return out
+
+    def _dispatch(self, r: int, rep: int, budget: int, need: int, kv: int) -> ChunkDecision:
+        t = self._table
+        t.running[rep] += 1
+        t.reserved[rep] += need
+        self._free_slots -= 1
+        self._dispatches += 1
+        self.phase[r] = _RUNNING
+        self._version[r] += 1
+        self._chunk_replica[r] = rep
+        self._chunk_budget[r] = budget
+        self._chunk_reserve[r] = need
+        gen = self.generated[r]
+        migrate = self._prompt[r] + gen if (kv >= 0 and kv != rep) else 0
+        probe = self.is_probe[r]
+        return ChunkDecision(
+            request_id=self.request_ids[r],
+            group_id=self.group_ids[self.group_of[r]],
+            replica=rep,
+            generated=gen,
+            max_new_tokens=budget,
+            priority=0 if probe else 1,
+            is_probe=probe,
+            migrate_tokens=migrate,
+        )
+
+    # ------------------------------------------------------------------ queues
+    def _enqueue(self, r: int) -> None:
+        self.phase[r] = _QUEUED
+        self._version[r] += 1
+        self._stamp[r] += 1
+        self._n_queued += 1
+        if not self.config.divided or self.config.starvation_interval > 0:
+            self._fifo.append((r, self._stamp[r]))
+        if self.config.divided:
+            self._push(r)
+
+    def _push(self, r: int) -> None:
+        """(Re-)insert the live key of queued request ``r`` into its priority queue."""
+        ver = self._version[r]
+        if self.is_probe[r]:
+            heapq.heappush(self._probes, (self.generated[r], r, ver))
+        else:
+            heapq.heappush(self._heap, (self._order(self, r), r, ver))
+
+    def _pop(self) -> int:
+        """Best live queued request (removed from the queues), or -1."""
+        version = self._version
+        phase = self.phase
+        while self._probes:
+            _, r, ver = heapq.heappop(self._probes)
+            if ver == version[r] and phase[r] is _QUEUED:
+                return self._take(r)
+        si = self.config.starvation_interval
+        if si > 0 and self._dispatches % si == si - 1:
+            stamp = self._stamp
+            while self._fifo:
+                r, st = self._fifo.popleft()
+                if st == stamp[r] and phase[r] is _QUEUED:
+                    return self._take(r)
+        heap = self._heap
+        while heap:
+            _, r, ver = heapq.heappop(heap)
+            if ver == version[r] and phase[r] is _QUEUED:
+                return self._take(r)
+        return -1
+
+    def _take(self, r: int) -> int:
+        self._version[r] += 1  # invalidates its other queue entries
+        self._n_queued -= 1
+        return r
+
+    def _rekey_group(self, g: GroupStats, skip: int) -> None:
+        for r in g.members:
+            if r != skip and self.phase[r] is _QUEUED and not self.is_probe[r]:
+                self._version[r] += 1
+                self._push(r)
+
+    def _rekey_all(self) -> None:
+        self._since_rekey = 0
+        self.population.refresh(self.groups)
+        self._heap = []
+        order = self._order
+        for r, ph in enumerate(self.phase):
+            if ph is _QUEUED and not self.is_probe[r]:
+                self._heap.append((order(self, r), r, self._version[r]))
+        heapq.heapify(self._heap)
+
+    # ------------------------------------------------------------------ views
+    def _lookup(self, request_id: str) -> int:
+        try:
+            return self._index[request_id]
+        except KeyError:
+            raise ValueError(f"unknown request {request_id!r}") from None
+
+    @property
+    def num_queued(self) -> int:
+        return self._n_queued
+
+    @property
+    def num_running(self) -> int:
+        return sum(self._table.running)
+
+    @property
+    def num_finished(self) -> int:
+        return self._n_finished
+
+    @property
+    def done(self) -> bool:
+        return self._n_finished == len(self.request_ids)
+
+    def request_phase(self, request_id: str) -> RequestPhase:
+        return self.phase[self._lookup(request_id)]
+
+    def request_generated(self, request_id: str) -> int:
+        return self.generated[self._lookup(request_id)]
+
+    def loads(self) -> list[ReplicaLoad]:
+        t = self._table
+        return [
+            ReplicaLoad(
+                replica_id=spec.replica_id,
+                running=t.running[i],
+                reserved_kv_tokens=t.reserved[i],
+                kv_capacity_tokens=t.capacity[i],
+            )
+            for i, spec in enumerate(self.replicas)
+        ]

@@ -1,0 +1,1 @@
+"""Cluster simulator: cost model, workloads, acceptance model, discrete-event simulation."""

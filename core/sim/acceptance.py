@@ -1,0 +1,134 @@
+"""Acceptance model for simulated speculative decoding.
+
+Invariant: a request's per-token acceptance rate depends only on how many siblings already
+have text at its position (``refs``); it rises monotonically from ``alpha_none`` (no sibling
+text: the request's own suffix tree and the prompt) to ``alpha_full`` at ``full_refs`` siblings,
+in log(1 + refs) (each extra sibling adds less). A draft of g tokens then yields
+(1 - a^(g+1)) / (1 - a) tokens per verification step (bonus token included).
+
+Calibrations (never numbers beyond their sources):
+- ``paper``: the paper's Table 2 mean acceptance lengths (incl. bonus) 1.70 with no sibling
+  references and 2.53 with 15 (2.85 with 4 draft paths), read as measured at the draft budget
+  g_max = 8; a is solved from (1 - a^9) / (1 - a) = length.
+- ``replay:FILE``: the same fit from the JSON of ``seer replay --json`` on recorded rollouts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+PAPER_NO_REFS = 1.70
+PAPER_15_REFS = 2.53
+PAPER_15_REFS_4_PATHS = 2.85
+PAPER_DRAFT_BUDGET = 8
+
+
+def tokens_per_step(a: float, g: int) -> float:
+    """Expected tokens per verification step with acceptance ``a`` and draft length ``g``."""
+    if g <= 0:
+        return 1.0
+    if a >= 1.0:
+        return float(g + 1)
+    return (1.0 - a ** (g + 1)) / (1.0 - a)
+
+
+def solve_alpha(length: float, g: int) -> float:
+    """Per-token acceptance a with tokens_per_step(a, g) == length (1 <= length < g + 1)."""
+    if not 1.0 <= length < g + 1:
+        raise ValueError(f"acceptance length {length} outside [1, {g + 1}) for draft length {g}")
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if tokens_per_step(mid, g) < length:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceModel:
+    """Bounds: 0 <= ``alpha_none`` <= ``alpha_full`` < 1; ``full_refs`` >= 1."""
+
+    source: str
+    alpha_none: float
+    alpha_full: float
+    full_refs: int
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha_none <= self.alpha_full < 1.0:
+            raise ValueError(
+                f"need 0 <= alpha_none={self.alpha_none} <= alpha_full={self.alpha_full} < 1"
+            )
+        if self.full_refs < 1:
+            raise ValueError(f"full_refs={self.full_refs} < 1")
+
+    def alpha(self, refs: int) -> float:
+        """Per-token acceptance with ``refs`` siblings' text at the request's position."""
+        frac = min(1.0, math.log1p(max(refs, 0)) / math.log1p(self.full_refs))
+        return self.alpha_none + (self.alpha_full - self.alpha_none) * frac
+
+
+def paper_model(multi_path: bool = True) -> AcceptanceModel:
+    """Fit to Table 2 (``multi_path``: the 4-path figure at 15 references)."""
+    full = PAPER_15_REFS_4_PATHS if multi_path else PAPER_15_REFS
+    return AcceptanceModel(
+        source="paper" + ("" if multi_path else "-1path"),
+        alpha_none=solve_alpha(PAPER_NO_REFS, PAPER_DRAFT_BUDGET),
+        alpha_full=solve_alpha(full, PAPER_DRAFT_BUDGET),
+        full_refs=15,
+    )
+
+
+def replay_model(path: str | Path, group_size: int | None = None) -> AcceptanceModel:
+    """Fit from ``seer replay --json``: the ``references`` protocol's ``grouped@n=0`` and
+    ``grouped@n=N`` rows when present, else lockstep ``suffix-self`` (no siblings) and
+    ``grouped`` (all siblings); at draft budget 8 when measured, else the largest."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+        methods = data["methods"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{p}: not the JSON of `seer replay --json` ({exc})") from exc
+    refs = sorted(int(label.split("@n=")[1]) for label in methods if label.startswith("grouped@n="))
+    if len(refs) >= 2:
+        none_row, full_row, full_refs = (
+            methods["grouped@n=0"],
+            methods[f"grouped@n={refs[-1]}"],
+            refs[-1],
+        )
+    elif "suffix-self" in methods and "grouped" in methods:
+        none_row, full_row = methods["suffix-self"], methods["grouped"]
+        full_refs = (group_size or 16) - 1
+    else:
+        raise ValueError(
+            f"{p}: needs rows grouped@n=0 and grouped@n=N, or suffix-self and grouped; "
+            f"has {sorted(methods)}"
+        )
+    ks = sorted(int(k) for k in full_row)
+    k = 8 if 8 in ks else ks[-1]
+
+    def fit(row: dict[str, dict[str, float]]) -> float:
+        return solve_alpha(float(row[str(k)]["acceptance_length"]), k)
+
+    a0, a1 = fit(none_row), fit(full_row)
+    return AcceptanceModel(
+        source=f"replay:{p.name}", alpha_none=min(a0, a1), alpha_full=a1,
+        full_refs=max(full_refs, 1),
+    )  # fmt: skip
+
+
+def get_acceptance(name: str, group_size: int | None = None) -> AcceptanceModel:
+    """``paper``, ``paper-1path`` or ``replay:FILE``."""
+    if name == "paper":
+        return paper_model(True)
+    if name == "paper-1path":
+        return paper_model(False)
+    if name.startswith("replay:"):
+        return replay_model(name[len("replay:") :], group_size)
+    raise ValueError(
+        f"unknown acceptance calibration {name!r}; valid: paper, paper-1path, replay:FILE"
+    )

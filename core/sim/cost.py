@@ -1,0 +1,195 @@
+"""Cost model: the time of one decode (or verification) step of an engine instance.
+
+Invariant: a step reads the weights it touches once and the KV of every context token once,
+and computes 2 x active parameters FLOPs per token it verifies; its time is a roofline,
+``overhead + max(bytes / (bandwidth x bw_eff), flops / (peak x flops_eff))``. MoE weights
+touched grow with the number of tokens in the step (1 - (1 - k/E)^tokens of the experts).
+Instance numbers are aggregates over its GPUs (TP/EP shards split bytes and FLOPs evenly).
+
+Sources (public spec sheets / model cards; docs/simulator.md): H800 SXM 80 GB HBM3 at
+3.35 TB/s, 989 TFLOP/s dense BF16. Model shapes from the model cards. The efficiencies and
+step overhead are *fitted* so that the ``verl`` policy reproduces the paper's veRL rollout times
+(docs/simulator.md, "Calibration"); they are the only free constants.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """One accelerator. ``mem_bytes`` > 0, ``mem_bw`` bytes/s > 0, ``flops`` FLOP/s > 0,
+    ``link_bw`` bytes/s > 0 (KV transfer between instances, per instance)."""
+
+    name: str
+    mem_bytes: float
+    mem_bw: float
+    flops: float
+    link_bw: float
+
+    def __post_init__(self) -> None:
+        for f in ("mem_bytes", "mem_bw", "flops", "link_bw"):
+            if not getattr(self, f) > 0:
+                raise ValueError(f"{self.name}: {f}={getattr(self, f)!r} must be > 0")
+
+
+H800 = Hardware("H800-SXM", mem_bytes=80e9, mem_bw=3.35e12, flops=989e12, link_bw=50e9)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """A model as the cost model sees it.
+
+    ``total_params`` >= ``active_params`` > 0; ``bytes_per_param`` in {1, 2} (FP8/BF16);
+    ``kv_bytes_per_token`` > 0; ``experts`` >= 0 (0 = dense) with ``experts_per_token`` in
+    [1, experts]; ``expert_params`` in [0, total_params]: parameters inside routed experts."""
+
+    name: str
+    total_params: float
+    active_params: float
+    bytes_per_param: float
+    kv_bytes_per_token: float
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_params: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.active_params <= self.total_params:
+            raise ValueError(
+                f"{self.name}: need 0 < active_params={self.active_params} "
+                f"<= total_params={self.total_params}"
+            )
+        if self.bytes_per_param not in (1, 2):
+            raise ValueError(f"{self.name}: bytes_per_param={self.bytes_per_param} not 1 or 2")
+        if not self.kv_bytes_per_token > 0:
+            raise ValueError(f"{self.name}: kv_bytes_per_token={self.kv_bytes_per_token} <= 0")
+        if self.experts < 0 or (
+            self.experts > 0 and not 1 <= self.experts_per_token <= self.experts
+        ):
+            raise ValueError(
+                f"{self.name}: experts={self.experts}, experts_per_token={self.experts_per_token}"
+            )
+        if not 0 <= self.expert_params <= self.total_params:
+            raise ValueError(f"{self.name}: expert_params={self.expert_params} out of range")
+
+
+# Shapes from the model cards (Moonlight-16B-A3B and Kimi-K2 are DeepSeek-V3-style MLA models:
+# KV per token = layers x (kv_lora_rank 512 + rope 64) x 2 bytes; Qwen2-VL-72B: GQA, 80 layers,
+# 8 KV heads of 128, K and V, BF16).
+MOONLIGHT = ModelShape(
+    "Moonlight-16B-A3B", total_params=16.0e9, active_params=3.0e9, bytes_per_param=2,
+    kv_bytes_per_token=27 * 576 * 2, experts=64, experts_per_token=6, expert_params=14.5e9,
+)  # fmt: skip
+QWEN2_VL_72B = ModelShape(
+    "Qwen2-VL-72B", total_params=72.7e9, active_params=72.7e9, bytes_per_param=2,
+    kv_bytes_per_token=80 * 8 * 128 * 2 * 2,
+)  # fmt: skip
+KIMI_K2 = ModelShape(
+    "Kimi-K2", total_params=1.04e12, active_params=32.6e9, bytes_per_param=1,
+    kv_bytes_per_token=61 * 576 * 2, experts=384, experts_per_token=8, expert_params=1.01e12,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Step time of one instance of ``gpus`` x ``hardware`` running ``model``.
+
+    Bounds: ``gpus`` >= 1; ``bw_eff`` and ``flops_eff`` in (0, 1]; ``step_overhead_s`` in
+    [0, 1]; ``mem_util`` in (0, 1] (fraction of GPU memory for weights + KV, like vLLM's
+    gpu_memory_utilization); ``reserve_bytes_per_gpu`` >= 0 (activations, graphs);
+    ``max_running`` >= 1 (max_num_seqs); ``draft_s_per_request`` >= 0 (drafting cost per
+    speculating request per step; the suffix-tree lookup, measured by ``seer replay``)."""
+
+    model: ModelShape
+    hardware: Hardware = H800
+    gpus: int = 1
+    bw_eff: float = 0.5
+    flops_eff: float = 0.5
+    step_overhead_s: float = 0.005
+    mem_util: float = 0.9
+    reserve_bytes_per_gpu: float = 4e9
+    max_running: int = 256
+    draft_s_per_request: float = 20e-6
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise ValueError(f"gpus={self.gpus} < 1")
+        for f in ("bw_eff", "flops_eff", "mem_util"):
+            v = getattr(self, f)
+            if not 0 < v <= 1:
+                raise ValueError(f"{f}={v!r} outside (0, 1]")
+        if not 0 <= self.step_overhead_s <= 1:
+            raise ValueError(f"step_overhead_s={self.step_overhead_s!r} outside [0, 1]")
+        if self.reserve_bytes_per_gpu < 0 or self.draft_s_per_request < 0:
+            raise ValueError("reserve_bytes_per_gpu and draft_s_per_request must be >= 0")
+        if self.max_running < 1:
+            raise ValueError(f"max_running={self.max_running} < 1")
+        if self.kv_capacity_tokens < 1:
+            raise ValueError(
+                f"{self.model.name} does not fit on {self.gpus} x {self.hardware.name}: "
+                f"no memory left for KV"
+            )
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.model.total_params * self.model.bytes_per_param
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV token slots of the instance: memory left after weights and reserves."""
+        free = (
+            self.gpus * (self.hardware.mem_bytes * self.mem_util - self.reserve_bytes_per_gpu)
+            - self.weight_bytes
+        )
+        return max(int(free // self.model.kv_bytes_per_token), 0)
+
+    def _touched_weight_bytes(self, tokens: int) -> float:
+        m = self.model
+        if m.experts == 0:
+            return self.weight_bytes
+        frac = 1.0 - (1.0 - m.experts_per_token / m.experts) ** max(tokens, 1)
+        return (m.total_params - m.expert_params + m.expert_params * frac) * m.bytes_per_param
+
+    def step_time(self, batch: int, context_tokens: float, draft_tokens: int = 0) -> float:
+        """Seconds of one step verifying ``batch`` requests (+ ``draft_tokens`` drafts) whose
+        contexts total ``context_tokens``."""
+        if batch < 1:
+            raise ValueError(f"batch={batch} < 1")
+        tokens = batch + draft_tokens
+        hw = self.hardware
+        mem = self._touched_weight_bytes(tokens) + context_tokens * self.model.kv_bytes_per_token
+        t_mem = mem / (hw.mem_bw * self.gpus * self.bw_eff)
+        t_cmp = 2.0 * self.model.active_params * tokens / (hw.flops * self.gpus * self.flops_eff)
+        return self.step_overhead_s + max(t_mem, t_cmp)
+
+    def prefill_time(self, tokens: int) -> float:
+        """Compute-bound prefill (or recompute) of ``tokens`` context tokens."""
+        if tokens <= 0:
+            return 0.0
+        hw = self.hardware
+        return 2.0 * self.model.active_params * tokens / (hw.flops * self.gpus * self.flops_eff)
+
+    def migrate_time(self, tokens: int) -> float:
+        """Bring ``tokens`` of a request's KV to another instance: pull it from the global KV
+        pool over the link, or recompute it, whichever is faster."""
+        if tokens <= 0:
+            return 0.0
+        pull = tokens * self.model.kv_bytes_per_token / self.hardware.link_bw
+        return min(pull, self.prefill_time(tokens))
+
+    def time_alone(self, length: int, prompt_tokens: int) -> float:
+        """Seconds to decode one request of ``length`` tokens alone on an instance (batch 1,
+        no speculation): the longest-request term of the lower bound."""
+        if length <= 0:
+            return 0.0
+        mid = prompt_tokens + (length - 1) / 2.0
+        return self.prefill_time(prompt_tokens) + length * self.step_time(1, mid)
+
+    def peak_tokens_per_s(self, mean_context: float) -> float:
+        """Best decode throughput of one instance when every running request has
+        ``mean_context`` tokens: batch limited by max_running and KV capacity."""
+        ctx = max(mean_context, 1.0)
+        batch = max(1, min(self.max_running, math.floor(self.kv_capacity_tokens / ctx)))
+        return batch / self.step_time(batch, batch * ctx)

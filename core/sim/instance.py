@@ -1,0 +1,281 @@
+"""One simulated engine instance in virtual time (continuous batching, discrete events).
+
+Invariant: between two events of an instance its batch is fixed, so every running request
+advances ``rate`` tokens per step and one step takes the frozen time ``step_s`` computed from the
+cost model at the interval's start; an interval never spans a chunk completion, a KV overflow or
+more than ``_REEVAL`` relative context growth, so freezing the step time is accurate. Blocking
+work (prefill, recompute after preemption, KV pulls) is ``stall`` seconds before the next step.
+
+Two admission modes: ``managed`` (the scheduler reserved KV; everything dispatched runs at
+once and can never overflow) and ``engine`` (the veRL baseline: a FIFO waiting queue, admitted
+while the KV fits, and on overflow the most recently admitted request is preempted and later
+recomputed, like vLLM).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.sim.cost import CostModel
+
+_EPS = 1e-6
+_REEVAL = 0.05  # re-freeze the step time after the batch's context grows by this fraction
+_WATERMARK = 0.01  # vLLM keeps this fraction of KV blocks free when admitting
+_REDRAFT = 0.1  # re-run the draft-length policy after the batch or context moved this much
+_REDRAFT_EVERY = 32  # ... or after this many plans
+
+
+@dataclass(slots=True)
+class Arrival:
+    """A chunk (or, in engine mode, a whole request) handed to the instance."""
+
+    req: int  # simulator request index
+    tokens: int  # tokens this chunk will produce before it stops
+    context: int  # prompt + generated tokens at its start
+    stall_s: float  # blocking work before it can decode (prefill, recompute)
+    alpha: float = 0.0  # per-token draft acceptance (0 = no speculation)
+    probe: bool = False
+    delay_s: float = 0.0  # asynchronous wait before it joins the batch (KV pull from the pool)
+
+
+@dataclass(slots=True)
+class Instance:
+    """A continuous-batching engine: slots arrays, numpy-vectorized."""
+
+    cost: CostModel
+    managed: bool
+    choose_drafts: Callable[[list[float], list[bool], float, int], list[int]] | None = None
+    trace: list[tuple[float, int]] | None = None
+    t: float = 0.0
+    stall: float = 0.0
+    step_s: float = 0.0
+    next_event: float = float("inf")
+    version: int = 0
+    preemptions: int = 0
+    busy_s: float = 0.0
+    tokens_out: float = 0.0  # tokens produced (for the mean acceptance length)
+    slot_steps: float = 0.0  # sum over steps of the batch size
+    req: np.ndarray = field(init=False)
+    remaining: np.ndarray = field(init=False)
+    ctx: np.ndarray = field(init=False)
+    rate: np.ndarray = field(init=False)
+    alpha: np.ndarray = field(init=False)
+    probe: np.ndarray = field(init=False)
+    produced: np.ndarray = field(init=False)
+    target: np.ndarray = field(init=False)
+    admitted: np.ndarray = field(init=False)
+    active: np.ndarray = field(init=False)
+    waiting: deque[Arrival] = field(default_factory=deque)
+    _free: list[int] = field(default_factory=list)
+    _seq: int = 0
+    _last_draft: tuple[int, float, np.ndarray, np.ndarray, np.ndarray] | None = None
+    _plans_since_draft: int = 0
+    _pending: list[tuple[float, int, Arrival]] = field(default_factory=list)
+    _draft_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        n = self.cost.max_running
+        self.req = np.full(n, -1, dtype=np.int64)
+        self.remaining = np.zeros(n)
+        self.ctx = np.zeros(n)
+        self.rate = np.ones(n)
+        self.alpha = np.zeros(n)
+        self.probe = np.zeros(n, dtype=bool)
+        self.produced = np.zeros(n)
+        self.target = np.zeros(n, dtype=np.int64)
+        self.admitted = np.zeros(n, dtype=np.int64)
+        self.active = np.zeros(n, dtype=bool)
+        self._free = list(range(n - 1, -1, -1))
+
+    @property
+    def batch(self) -> int:
+        return self.cost.max_running - len(self._free)
+
+    @property
+    def kv_used(self) -> float:
+        return float(self.ctx[self.active].sum())
+
+    # ------------------------------------------------------------------ time
+    def sync(self, now: float) -> None:
+        """Advance to ``now`` (<= next_event) with the frozen step time."""
+        dt = now - self.t
+        if dt <= 0:
+            return
+        self.t = now
+        if self.batch == 0:
+            self.stall = max(0.0, self.stall - dt)
+            return
+        self.busy_s += dt
+        if dt <= self.stall:
+            self.stall -= dt
+            return
+        steps = (dt - self.stall) / self.step_s
+        self.stall = 0.0
+        a = self.active
+        adv = self.rate[a] * steps
+        adv = np.minimum(adv, self.remaining[a])
+        self.remaining[a] -= adv
+        self.ctx[a] += adv
+        self.produced[a] += adv
+        self.tokens_out += float(adv.sum())
+        self.slot_steps += steps * int(a.sum())
+
+    def pop_finished(self) -> list[tuple[int, int]]:
+        """Remove chunks that produced all their tokens: [(req, tokens produced)]."""
+        done = np.nonzero(self.active & (self.remaining <= _EPS))[0]
+        out: list[tuple[int, int]] = []
+        for s in done.tolist():
+            out.append((int(self.req[s]), int(self.target[s])))
+            self._release(s)
+        return out
+
+    # ------------------------------------------------------------------ admission
+    def add(self, arrival: Arrival) -> None:
+        """Hand over a chunk at time ``self.t`` (call ``sync`` first)."""
+        if self.managed:
+            if len(self._free) <= len(self._pending):
+                raise RuntimeError("scheduler over-admitted: no free slot (max_running)")
+            if arrival.delay_s > 0:
+                self._seq += 1
+                heapq.heappush(self._pending, (self.t + arrival.delay_s, self._seq, arrival))
+            else:
+                self._start(arrival)
+        else:
+            self.waiting.append(arrival)
+
+    def activate_ready(self) -> None:
+        """Managed mode: chunks whose KV pull has completed by ``self.t`` join the batch."""
+        while self._pending and self._pending[0][0] <= self.t + _EPS:
+            self._start(heapq.heappop(self._pending)[2])
+
+    def admit_waiting(self) -> None:
+        """Engine mode: admit FIFO while a slot and the KV (minus watermark) are free."""
+        cap = self.cost.kv_capacity_tokens * (1.0 - _WATERMARK)
+        used = self.kv_used
+        while self.waiting and self._free:
+            a = self.waiting[0]
+            if used + a.context + 1 > cap and self.batch > 0:
+                break
+            self.waiting.popleft()
+            used += a.context
+            self._start(a)
+
+    def _start(self, a: Arrival) -> None:
+        s = self._free.pop()
+        self.req[s] = a.req
+        self.remaining[s] = float(a.tokens)
+        self.ctx[s] = float(a.context)
+        self.alpha[s] = a.alpha
+        self.probe[s] = a.probe
+        self.produced[s] = 0.0
+        self.target[s] = a.tokens
+        self.rate[s] = 1.0
+        self._seq += 1
+        self.admitted[s] = self._seq
+        self.active[s] = True
+        self.stall += a.stall_s
+
+    def _release(self, s: int) -> None:
+        self.active[s] = False
+        self.req[s] = -1
+        self.remaining[s] = 0.0
+        self.ctx[s] = 0.0
+        self._free.append(s)
+
+    def preempt_if_full(self) -> list[tuple[int, int]]:
+        """Engine mode: on KV overflow preempt the most recently admitted requests (recompute
+        later). Returns [(req, tokens produced so far in this admission)] moved to waiting."""
+        out: list[tuple[int, int]] = []
+        cap = self.cost.kv_capacity_tokens
+        while self.batch > 1 and self.kv_used > cap - _EPS:
+            a = np.nonzero(self.active)[0]
+            s = int(a[np.argmax(self.admitted[a])])
+            produced = min(int(self.produced[s]), int(self.target[s]) - 1)
+            req = int(self.req[s])
+            rem = int(self.target[s]) - produced
+            ctx = int(self.ctx[s] - self.produced[s]) + produced
+            self._release(s)
+            self.preemptions += 1
+            stall = self.cost.prefill_time(ctx)
+            self.waiting.appendleft(Arrival(req, rem, ctx, stall))
+            out.append((req, produced))
+        return out
+
+    # ------------------------------------------------------------------ events
+    def _draft_lengths(self, alphas: np.ndarray, ctx_sum: float, n: int) -> np.ndarray:
+        """Draft length per running slot from the adaptive policy. The policy is re-run when
+        the batch size or context moved by more than ``_REDRAFT`` since its last run (or every
+        ``_REDRAFT_EVERY`` plans); in between, a slot takes the length the last run gave the
+        request with the nearest acceptance and the same probe flag."""
+        assert self.choose_drafts is not None
+        probes = self.probe[self.active]
+        last = self._last_draft
+        stale = (
+            last is None
+            or abs(n - last[0]) > _REDRAFT * last[0]
+            or abs(ctx_sum - last[1]) > _REDRAFT * last[1]
+            or self._plans_since_draft >= _REDRAFT_EVERY
+        )
+        if stale:
+            gs = self.choose_drafts(alphas.tolist(), probes.tolist(), ctx_sum, n)
+            g = np.asarray(gs, dtype=float)
+            order = np.argsort(alphas, kind="stable")
+            self._last_draft = (n, ctx_sum, alphas[order], probes[order], g[order])
+            self._plans_since_draft = 0
+            return g
+        self._plans_since_draft += 1
+        assert last is not None
+        _, _, la, lp, lg = last
+        out = np.empty(n)
+        for flag in (False, True):
+            sel = probes == flag
+            if not sel.any():
+                continue
+            ref = lp == flag
+            if not ref.any():
+                ref = np.ones_like(lp)
+            ra, rg = la[ref], lg[ref]
+            idx = np.clip(np.searchsorted(ra, alphas[sel]), 0, len(ra) - 1)
+            out[sel] = rg[idx]
+        return out
+
+    def plan(self) -> float:
+        """Freeze the step time and return the time of this instance's next event."""
+        self.version += 1
+        n = self.batch
+        if self.trace is not None:
+            self.trace.append((self.t, n))
+        ready = self._pending[0][0] if self._pending else float("inf")
+        if n == 0:
+            self.next_event = ready
+            return self.next_event
+        a = self.active
+        ctx_sum = float(self.ctx[a].sum())
+        draft = 0
+        drafting = 0
+        if self.choose_drafts is not None:
+            alphas = self.alpha[a]
+            if alphas.any():
+                g = self._draft_lengths(alphas, ctx_sum, n)
+                al = np.minimum(alphas, 1.0 - 1e-9)
+                self.rate[a] = np.where(g > 0, (1.0 - al ** (g + 1.0)) / (1.0 - al), 1.0)
+                draft = int(g.sum())
+                drafting = int((g > 0).sum())
+            else:
+                self.rate[a] = 1.0
+        step = self.cost.step_time(n, ctx_sum, draft) + drafting * self.cost.draft_s_per_request
+        self.step_s = step
+        rates = self.rate[a]
+        steps = float((self.remaining[a] / rates).min())
+        growth = float(rates.sum())
+        steps = min(steps, max(16.0, _REEVAL * ctx_sum / growth))
+        if not self.managed:
+            room = self.cost.kv_capacity_tokens - ctx_sum
+            steps = min(steps, max(room / growth, 0.0))
+        self.next_event = min(self.t + self.stall + steps * step, ready)
+        return self.next_event

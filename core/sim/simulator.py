@@ -1,0 +1,249 @@
+"""Discrete-event simulator of N engine instances driven by the real ``core`` scheduler.
+
+Invariant: virtual time only moves forward, to the earliest pending instance event; at every
+event the instance reports its finished chunks to the *same* ``Scheduler`` class the Serve app
+runs, and whatever that scheduler decides is started at that same instant. The simulator knows
+each request's true length only to decide when its chunk stops (EOS) and to feed the ``oracle``
+ordering; no other policy sees it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from core.engine.types import FinishReason
+from core.scheduling import (
+    ChunkDecision,
+    GroupSpec,
+    LengthPrior,
+    ReplicaSpec,
+    Scheduler,
+    SchedulerConfig,
+    get_policy,
+)
+from core.sim.acceptance import AcceptanceModel, paper_model
+from core.sim.cost import CostModel
+from core.sim.instance import Arrival, Instance
+from core.sim.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    """Figures of one simulated policy (times in virtual seconds)."""
+
+    policy: str
+    throughput_tok_s: float
+    makespan_s: float
+    tail_s: float
+    lower_bound_s: float
+    preemptions: int
+    chunks: int
+    migrations: int
+    mean_acceptance_length: float
+    wall_s: float
+    trace: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
+
+
+def lower_bound(work: Workload, cost: CostModel) -> float:
+    """max(total work / instances, longest request alone) under ``cost`` (no speculation).
+
+    Total work is the output tokens at the instance's peak decode rate for the workload's
+    token-weighted mean context (prompt + half the request's own length, averaged per token)."""
+    lens = [x for g in work.lengths for x in g]
+    total = float(sum(lens))
+    prompt = sum(work.prompt_tokens) / len(work.prompt_tokens)
+    mean_ctx = prompt + sum(x * x for x in lens) / (2.0 * total)
+    work_s = total / (work.spec.instances * cost.peak_tokens_per_s(mean_ctx))
+    longest = max(lens)
+    return max(work_s, cost.time_alone(longest, round(prompt)))
+
+
+def tail_time(finish_times: list[float]) -> float:
+    """Time spent on the last 10% of requests to complete."""
+    ts = sorted(finish_times)
+    n = len(ts)
+    k = max(0, math.ceil(0.9 * n) - 1)
+    return ts[-1] - ts[k]
+
+
+DraftChooser = Callable[[list[float], list[bool], float, int], list[int]]
+
+
+def adaptive_draft_chooser(cost: CostModel) -> DraftChooser:
+    """Draft lengths from the drafting issue's marginal-benefit policy (the same code the
+    engines run), with this instance's step time as the cost."""
+    from core.drafting.adaptive import AdaptiveDraftConfig, DraftCandidate, choose_draft_lengths
+
+    cfg = AdaptiveDraftConfig(draft_time_s=cost.draft_s_per_request)
+    ids = [f"s{i}" for i in range(cost.max_running)]
+
+    def choose(alphas: list[float], probes: list[bool], ctx_sum: float, n: int) -> list[int]:
+        cands = [DraftCandidate(ids[i], alphas[i], probes[i]) for i in range(n)]
+
+        def step(b: int, d: int) -> float:
+            return cost.step_time(b, ctx_sum, d)
+
+        out = choose_draft_lengths(cands, step, cfg)
+        return [out[ids[i]] for i in range(n)]
+
+    return choose
+
+
+def simulate(
+    work: Workload,
+    cost: CostModel,
+    policy: str,
+    base: SchedulerConfig | None = None,
+    acceptance: AcceptanceModel | None = None,
+    prior: LengthPrior | None = None,
+    trace: bool = False,
+    draft_chooser: DraftChooser | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> PolicyResult:
+    """Run one policy on ``work``; returns its figures."""
+    wall0 = time.perf_counter()
+    plan = get_policy(policy, base)
+    spec = work.spec
+    G = spec.group_size
+    # Requests in submission order: group g, response i -> index g * G + i.
+    true_len = [x for row in work.lengths for x in row]
+    req_ids = [f"g{g}-{i}" for g in range(spec.groups) for i in range(G)]
+    index = {rid: k for k, rid in enumerate(req_ids)}
+    prompt = [work.prompt_tokens[k // G] for k in range(len(true_len))]
+    groups = [
+        GroupSpec(
+            group_id=f"g{g}",
+            request_ids=tuple(req_ids[g * G : (g + 1) * G]),
+            max_tokens=spec.max_tokens,
+            prompt_tokens=work.prompt_tokens[g],
+            prompt_key=f"p{g}",
+        )
+        for g in range(spec.groups)
+    ]
+    managed = plan.config.divided
+    replicas = [
+        ReplicaSpec(f"i{i}", cost.kv_capacity_tokens, cost.max_running)
+        for i in range(spec.instances)
+    ]
+    sched = Scheduler(plan.config, replicas, prior=prior)
+    sched.submit(groups, oracle_lengths=dict(zip(req_ids, true_len, strict=True)))
+    acc = acceptance or paper_model()
+    chooser = None
+    if plan.speculate:
+        chooser = draft_chooser or adaptive_draft_chooser(cost)
+    traces: dict[int, list[tuple[float, int]]] = {}
+    insts = []
+    for i in range(spec.instances):
+        tr: list[tuple[float, int]] | None = [] if trace else None
+        if tr is not None:
+            traces[i] = tr
+        insts.append(Instance(cost=cost, managed=managed, choose_drafts=chooser, trace=tr))
+    generated = [0] * len(true_len)
+    finish_at = [0.0] * len(true_len)
+    heap: list[tuple[float, int, int]] = []
+    chunks = 0
+    migrations = 0
+    chunk_start = [0] * len(true_len)
+    n_req = len(true_len)
+    n_done = 0
+    tick = max(1, n_req // 100)
+
+    def refs_at(k: int) -> int:
+        g0 = (k // G) * G
+        pos = generated[k]
+        n = 0
+        for j in range(g0, g0 + G):
+            if j != k and (generated[j] >= pos or generated[j] >= true_len[j]):
+                n += 1
+        return n
+
+    def start(decisions: list[ChunkDecision], now: float) -> set[int]:
+        nonlocal chunks, migrations
+        touched: set[int] = set()
+        for d in decisions:
+            k = index[d.request_id]
+            inst = insts[d.replica]
+            if d.replica not in touched:
+                inst.sync(now)
+                touched.add(d.replica)
+            produce = min(d.max_new_tokens, true_len[k] - d.generated)
+            chunk_start[k] = d.generated
+            stall = 0.0
+            if d.generated == 0:
+                stall += cost.prefill_time(prompt[k])
+            delay = 0.0
+            if d.migrate_tokens > 0:
+                delay = cost.migrate_time(d.migrate_tokens)
+                migrations += 1
+            alpha = acc.alpha(refs_at(k)) if plan.speculate else 0.0
+            inst.add(Arrival(k, produce, prompt[k] + d.generated, stall, alpha, d.is_probe, delay))
+            chunks += 1
+        return touched
+
+    def replan(i: int) -> None:
+        inst = insts[i]
+        if not managed:
+            inst.admit_waiting()
+        t = inst.plan()
+        if t < math.inf:
+            heapq.heappush(heap, (t, i, inst.version))
+
+    for i in start(sched.schedule(), 0.0):
+        replan(i)
+    now = 0.0
+    while heap:
+        t, i, ver = heapq.heappop(heap)
+        inst = insts[i]
+        if ver != inst.version:
+            continue
+        now = t
+        inst.sync(now)
+        if managed:
+            inst.activate_ready()
+        for k, produced in inst.pop_finished():
+            gen = generated[k] + produced
+            generated[k] = gen
+            rid = req_ids[k]
+            if gen >= true_len[k]:
+                reason = FinishReason.LENGTH if gen >= spec.max_tokens else FinishReason.STOP
+                finish_at[k] = now
+            else:
+                reason = FinishReason.CHUNK
+            if sched.complete(rid, gen - chunk_start[k], reason):
+                finish_at[k] = now
+                n_done += 1
+                if progress is not None and n_done % tick == 0:
+                    progress(n_done / n_req)
+        if not managed:
+            for k, produced in inst.preempt_if_full():
+                generated[k] += produced  # tokens kept; recomputed on readmission
+        touched = start(sched.schedule(), now)
+        touched.add(i)
+        for j in touched:
+            replan(j)
+    if not sched.done:
+        raise RuntimeError(
+            f"simulation of {policy!r} stalled with {sched.num_queued} queued, "
+            f"{sched.num_running} running requests"
+        )
+    makespan = max(finish_at)
+    total = float(sum(true_len))
+    slot_steps = sum(x.slot_steps for x in insts)
+    mal = sum(x.tokens_out for x in insts) / slot_steps if slot_steps > 0 else 1.0
+    return PolicyResult(
+        policy=policy,
+        throughput_tok_s=total / makespan,
+        makespan_s=makespan,
+        tail_s=tail_time(finish_at),
+        lower_bound_s=lower_bound(work, cost),
+        preemptions=sum(x.preemptions for x in insts),
+        chunks=chunks,
+        migrations=migrations,
+        mean_acceptance_length=mal,
+        wall_s=time.perf_counter() - wall0,
+        trace=traces,
+    )

@@ -1,0 +1,228 @@
+"""Workloads: Table 3-shaped synthetic rollouts and replay of recorded rollouts.
+
+Invariant: a workload is fully determined by its ``WorkloadSpec`` and seed. Lengths are
+group-correlated: each group draws a latent log length mu_g ~ N(mu, length_sigma^2); each
+response is exp(mu_g + N(0, within_sigma^2)), an ``outlier_frac`` of responses instead run to
+the cap, and every length is capped at ``max_tokens`` (and >= 1). ``mu`` is solved so that the
+*capped* mean matches ``mean_tokens`` (exactly in expectation, by bisection on a fixed sample).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.sim.cost import KIMI_K2, MOONLIGHT, QWEN2_VL_72B, CostModel
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """Shape of one rollout iteration.
+
+    Bounds: ``groups`` >= 1; ``group_size`` 1..1024; 1 <= ``mean_tokens`` < ``max_tokens``
+    <= 10,000,000; ``instances`` >= 1; ``length_sigma`` and ``within_sigma`` in [0, 5];
+    ``outlier_frac`` in [0, 1]; ``prompt_tokens`` >= 1.
+    """
+
+    name: str
+    groups: int
+    group_size: int
+    mean_tokens: float
+    max_tokens: int
+    instances: int
+    length_sigma: float = 0.8
+    within_sigma: float = 0.5
+    outlier_frac: float = 0.01
+    prompt_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.groups < 1:
+            raise ValueError(f"groups={self.groups} < 1")
+        if not 1 <= self.group_size <= 1024:
+            raise ValueError(f"group_size={self.group_size} outside [1, 1024]")
+        if not 1 <= self.max_tokens <= 10_000_000:
+            raise ValueError(f"max_tokens={self.max_tokens} outside [1, 10000000]")
+        if not 1 <= self.mean_tokens < self.max_tokens:
+            raise ValueError(
+                f"mean_tokens={self.mean_tokens} must be in [1, max_tokens={self.max_tokens})"
+            )
+        if self.instances < 1:
+            raise ValueError(f"instances={self.instances} < 1")
+        for f in ("length_sigma", "within_sigma"):
+            v = getattr(self, f)
+            if not 0 <= v <= 5:
+                raise ValueError(f"{f}={v} outside [0, 5]")
+        if not 0 <= self.outlier_frac <= 1:
+            raise ValueError(f"outlier_frac={self.outlier_frac} outside [0, 1]")
+        if self.prompt_tokens < 1:
+            raise ValueError(f"prompt_tokens={self.prompt_tokens} < 1")
+
+    @property
+    def requests(self) -> int:
+        return self.groups * self.group_size
+
+    def scaled(self, factor: float) -> WorkloadSpec:
+        """Same per-instance load with ``factor`` x the groups and instances (at least 1)."""
+        if not 0 < factor <= 100:
+            raise ValueError(f"scale={factor} outside (0, 100]")
+        return dataclasses.replace(
+            self,
+            groups=max(1, round(self.groups * factor)),
+            instances=max(1, round(self.instances * factor)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """A Table 3 workload with the cost model of its instances and the paper's veRL time."""
+
+    spec: WorkloadSpec
+    cost: CostModel
+    paper_verl_s: float
+
+
+# Table 3 of the paper (requests = groups x G). Efficiencies/overheads: docs/simulator.md.
+PRESETS: dict[str, Preset] = {
+    "moonlight": Preset(
+        WorkloadSpec("moonlight", groups=400, group_size=8, mean_tokens=22386,
+                     max_tokens=65536, instances=32),
+        CostModel(MOONLIGHT, gpus=1, bw_eff=0.6862, flops_eff=0.6862, step_overhead_s=0.02),
+        paper_verl_s=3910.0,
+    ),
+    "qwen2-vl": Preset(
+        WorkloadSpec("qwen2-vl", groups=600, group_size=16, mean_tokens=7615,
+                     max_tokens=40960, instances=16),
+        CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.4740, flops_eff=0.4740, step_overhead_s=0.02),
+        paper_verl_s=3957.0,
+    ),
+    "kimi-k2": Preset(
+        WorkloadSpec("kimi-k2", groups=800, group_size=8, mean_tokens=38959,
+                     max_tokens=98304, instances=8),
+        CostModel(KIMI_K2, gpus=32, bw_eff=0.2627, flops_eff=0.2627, step_overhead_s=0.06,
+                  max_running=1024),
+        paper_verl_s=12202.0,
+    ),
+}  # fmt: skip
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; valid: {sorted(PRESETS)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Concrete lengths: ``lengths[g][i]`` is response i of group g (1..max_tokens)."""
+
+    spec: WorkloadSpec
+    lengths: list[list[int]]
+    prompt_tokens: list[int]
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(sum(g) for g in self.lengths)
+
+    @property
+    def longest(self) -> int:
+        return max(max(g) for g in self.lengths)
+
+
+def _draw(spec: WorkloadSpec, mu: float, rng: np.random.Generator) -> np.ndarray:
+    z_g = rng.standard_normal((spec.groups, 1))
+    z_i = rng.standard_normal((spec.groups, spec.group_size))
+    out = rng.random((spec.groups, spec.group_size)) < spec.outlier_frac
+    x = np.exp(mu + spec.length_sigma * z_g + spec.within_sigma * z_i)
+    x = np.where(out, spec.max_tokens, x)
+    return np.clip(np.rint(x), 1, spec.max_tokens)
+
+
+def solve_log_mean(spec: WorkloadSpec, samples: int = 200_000) -> float:
+    """mu such that the capped mean of the length model equals ``spec.mean_tokens``."""
+    rng = np.random.default_rng(12345)
+    z = spec.length_sigma * rng.standard_normal(samples) + spec.within_sigma * rng.standard_normal(
+        samples
+    )
+    out = rng.random(samples) < spec.outlier_frac
+    cap = spec.max_tokens
+    lo, hi = -5.0, math.log(cap) + 10.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        mean = float(np.where(out, cap, np.clip(np.exp(mid + z), 1, cap)).mean())
+        if mean < spec.mean_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def generate(spec: WorkloadSpec, seed: int = 0) -> Workload:
+    """Draw the lengths of one iteration of ``spec``."""
+    mu = solve_log_mean(spec)
+    lens = _draw(spec, mu, np.random.default_rng(seed)).astype(int)
+    return Workload(
+        spec=spec,
+        lengths=[list(map(int, row)) for row in lens],
+        prompt_tokens=[spec.prompt_tokens] * spec.groups,
+    )
+
+
+def resample_same_prompts(work: Workload, seed: int) -> Workload:
+    """The next RL iteration on the same prompts: each group keeps its latent length, responses
+    get fresh noise (used to measure what a length prior from an earlier iteration buys)."""
+    spec = work.spec
+    rng = np.random.default_rng(seed)
+    rows: list[list[int]] = []
+    for g in work.lengths:
+        logs = np.log(np.asarray(g, dtype=float))
+        mu_g = float(logs.mean())
+        x = np.exp(mu_g + spec.within_sigma * rng.standard_normal(len(g)))
+        x = np.where(rng.random(len(g)) < spec.outlier_frac, spec.max_tokens, x)
+        rows.append([int(v) for v in np.clip(np.rint(x), 1, spec.max_tokens)])
+    return Workload(spec=spec, lengths=rows, prompt_tokens=list(work.prompt_tokens))
+
+
+def load_recorded(path: str | Path, instances: int = 1, max_tokens: int | None = None) -> Workload:
+    """Replay the lengths of recorded rollouts (``../shared/data/rollouts/*.jsonl.gz``)."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    lengths: list[list[int]] = []
+    prompts: list[int] = []
+    cap = 0
+    with opener(p, "rt") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                lens = [max(1, len(s["output_token_ids"])) for s in rec["samples"]]
+                prompts.append(max(1, len(rec["prompt_token_ids"])))
+                cap = max(cap, int(rec.get("max_tokens", max(lens))))
+            except (KeyError, TypeError, json.JSONDecodeError) as exc:
+                raise ValueError(f"{p}:{n}: not a recorded group ({exc})") from exc
+            lengths.append(lens)
+    if not lengths:
+        raise ValueError(f"{p}: no groups")
+    sizes = {len(g) for g in lengths}
+    if len(sizes) != 1:
+        raise ValueError(f"{p}: groups of different sizes {sorted(sizes)}")
+    cap = max_tokens or cap
+    flat = [x for g in lengths for x in g]
+    spec = WorkloadSpec(
+        name=f"replay:{p.name}",
+        groups=len(lengths),
+        group_size=sizes.pop(),
+        mean_tokens=min(sum(flat) / len(flat), cap - 0.5),
+        max_tokens=cap,
+        instances=instances,
+        prompt_tokens=round(sum(prompts) / len(prompts)),
+    )
+    return Workload(spec=spec, lengths=[[min(x, cap) for x in g] for g in lengths],
+                    prompt_tokens=prompts)  # fmt: skip

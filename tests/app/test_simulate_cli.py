@@ -1,0 +1,76 @@
+"""``seer simulate``: the CLI contract (flags, JSON shape) on scaled-down workloads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli
+
+runner = CliRunner()
+SMALL = ["--groups", "16", "--group-size", "4", "--mean-tokens", "2000", "--max-tokens", "8192",
+         "--instances", "2"]  # fmt: skip
+
+
+def test_json_contract() -> None:
+    res = runner.invoke(cli, ["simulate", "--workload", "qwen2-vl", *SMALL, "--length-sigma",
+                              "0.5", "--within-sigma", "0.2", "--seed", "3", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert set(data) == {"workload", "policies"}
+    w = data["workload"]
+    assert (w["groups"], w["group_size"], w["mean_tokens"], w["max_tokens"], w["instances"]) == (
+        16, 4, 2000, 8192, 2)  # fmt: skip
+    assert (w["length_sigma"], w["within_sigma"], w["seed"]) == (0.5, 0.2, 3)
+    assert list(data["policies"]) == ["verl", "divided", "context", "seer", "oracle"]
+    for fig in data["policies"].values():
+        assert set(fig) == {"throughput_tok_s", "makespan_s", "tail_s", "lower_bound_s",
+                            "preemptions"}  # fmt: skip
+        assert isinstance(fig["preemptions"], int)
+        assert fig["throughput_tok_s"] > 0 and fig["makespan_s"] > fig["tail_s"] >= 0
+
+
+def test_scale_and_policies() -> None:
+    res = runner.invoke(cli, ["simulate", "--workload", "moonlight", "--scale", "0.0625",
+                              "--policies", "verl,oracle", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert (data["workload"]["groups"], data["workload"]["instances"]) == (25, 2)
+    assert list(data["policies"]) == ["verl", "oracle"]
+
+
+def test_table_has_ratios_vs_verl() -> None:
+    res = runner.invoke(cli, ["simulate", *SMALL, "--policies", "verl,divided,oracle"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert any(line.startswith("verl") and " 1.00 " in line for line in lines)
+    assert "x verl" in res.stdout and "tail/verl" in res.stdout
+
+
+def test_bad_inputs_exit_2_naming_the_value() -> None:
+    res = runner.invoke(cli, ["simulate", "--policies", "verl,warp", "--json"])
+    assert res.exit_code == 2 and "'warp'" in res.output
+    res = runner.invoke(cli, ["simulate", "--workload", "gpt5", "--json"])
+    assert res.exit_code == 2 and "'gpt5'" in res.output
+    res = runner.invoke(cli, ["simulate", "--scale", "0", "--json"])
+    assert res.exit_code == 2 and "scale=0" in res.output
+
+
+def test_plot_writes_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "a.png"
+    res = runner.invoke(cli, ["simulate", *SMALL, "--policies", "verl,context", "--plot", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_help_documents_every_flag() -> None:
+    res = runner.invoke(cli, ["simulate", "--help"])
+    assert res.exit_code == 0
+    for flag in ("--workload", "--groups", "--group-size", "--mean-tokens", "--max-tokens",
+                 "--instances", "--length-sigma", "--within-sigma", "--scale", "--policies",
+                 "--seed", "--json", "--plot"):  # fmt: skip
+        assert flag in res.stdout
