@@ -96,7 +96,8 @@ def replay(
     min_token_prob: Annotated[
         float,
         typer.Option(
-            help="suffix methods stop a path below this probability (SuffixDecoding: 0.1)"
+            help="suffix methods stop a path below this probability "
+            "(SuffixDecoding uses 0.1 on raw counts)"
         ),
     ] = DEFAULT_SCORING.min_token_prob,
     backoff: Annotated[

@@ -84,7 +84,7 @@ class DraftStore:
         request_id: str,
         max_tokens: int,
         width: int = 1,
-        min_token_prob: float = 0.1,
+        min_token_prob: float = 0.05,
         backoff: int = 2,
         smoothing: float = 1.0,
     ) -> Draft:

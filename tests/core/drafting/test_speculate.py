@@ -76,7 +76,7 @@ def test_zero_budget_and_empty_automaton():
 
 def test_defaults():
     p = SpeculationParams()
-    assert (p.max_tokens, p.width, p.min_token_prob, p.backoff, p.smoothing) == (8, 1, 0.1, 2, 1.0)
+    assert (p.max_tokens, p.width, p.min_token_prob, p.backoff, p.smoothing) == (8, 1, 0.05, 2, 1.0)
 
 
 @pytest.mark.parametrize(

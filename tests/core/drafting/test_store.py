@@ -148,5 +148,5 @@ def test_speculate_defaults_and_new_request_drafts_from_prompt():
     s = DraftStore()
     s.register_group("g", [1, 2])
     s.add_tokens("g", "a", [3, 4, 5])
-    d = s.speculate("g", "new", 8)  # defaults: width 1, min_token_prob 0.1
+    d = s.speculate("g", "new", 8)  # defaults: width 1, min_token_prob 0.05
     assert d.tokens == (3, 4, 5) and d.is_path and d.match_length == 2
