@@ -12,9 +12,8 @@ from core.drafting.recorded import RecordedGroup, load_groups
 from core.drafting.replay import Tally, measure_speed, replay_lockstep, replay_references
 from core.drafting.speculate import SpeculationParams
 
-COUNTS = SpeculationParams(
-    min_token_prob=0.1, backoff=0
-)  # SuffixDecoding scoring: what the hand computations use
+# SuffixDecoding scoring: what the hand computations below use
+COUNTS = SpeculationParams(min_token_prob=0.1, backoff=0)
 
 # One request repeating "1 2" after prompt [9]; hand-computed with k=2, min_token_prob 0.1:
 #  t=0 ctx [9]: nothing follows "9" yet, back to the root: only "9" seen -> draft [9], 0 accepted
