@@ -108,6 +108,20 @@ class VllmEngine:
         self._kv_capacity_tokens = int(blocks * cache.block_size)
         self._tokenizer = Tokenizer(model_path)
         self._engine = engine
+        await self._warm_up()
+
+    async def _warm_up(self) -> None:
+        """A few tiny generations so the first real rollout does not pay the first-step costs."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        async def one(i: int) -> None:
+            prompt = TokensPrompt(prompt_token_ids=[1 + i] * (8 + 8 * i))
+            params = SamplingParams(max_tokens=4, temperature=1.0, logprobs=0, detokenize=False)
+            async for _ in self._engine.generate(prompt, params, request_id=f"warmup-{i}"):
+                pass
+
+        await asyncio.gather(*(one(i) for i in range(4)))
 
     def _require(self) -> Any:
         if self._engine is None:
