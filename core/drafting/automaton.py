@@ -21,7 +21,7 @@ ROOT = 0
 # States with more distinct continuations than this (short contexts) serve their top
 # ``TOP_CACHED`` continuations from a cache, refreshed once the state's count has grown by
 # ``REFRESH_FRACTION``: a draft step then costs O(TOP_CACHED), not O(vocabulary seen).
-WIDE_STATE = 32
+WIDE_STATE = 8
 TOP_CACHED = 16
 REFRESH_FRACTION = 0.05
 

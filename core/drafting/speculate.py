@@ -22,6 +22,8 @@ from core.drafting.draft import EMPTY_DRAFT, Draft
 MAX_DRAFT_TOKENS = 64
 MAX_WIDTH = 16
 MAX_BACKOFF = 8
+# Candidates a wide shorter context (cached top list) adds besides re-weighting deeper ones.
+NEW_FROM_WIDE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +36,9 @@ class SpeculationParams:
     # counts; blended estimates are less overconfident, and 0.05 drafts about as many tokens
     # per step as raw counts at 0.1 do on the recorded rollouts (docs/drafting.md)
     min_token_prob: float = 0.05
-    backoff: int = 2  # shorter contexts blended in, 0..MAX_BACKOFF; 0 = SuffixDecoding counts
+    # shorter contexts blended in, 0..MAX_BACKOFF; 0 = SuffixDecoding counts. 2 gains <0.01
+    # acceptance length over 1 on the recorded rollouts for ~30% more draft time
+    backoff: int = 1
     smoothing: float = 1.0  # Witten-Bell escape weight per distinct continuation, in (0, 100]
 
     def __post_init__(self) -> None:
@@ -107,11 +111,15 @@ def _blended(
             pairs, n, distinct = sam.continuations(level)
             lam = 1.0 if depth == backoff else n / (n + smoothing * distinct)
             w = rest * lam / n
-            if depth:  # a wide shorter context only re-weights the deeper candidates
+            if depth:  # a wide shorter context re-weights the deeper candidates, adds a few
                 for t in probs:
                     hit = kids.get(t)
                     if hit is not None:
                         probs[t] += w * cnt[hit]
+                for c, t in pairs[:NEW_FROM_WIDE]:
+                    if t not in probs:
+                        probs[t] = w * c
+                        states[t] = kids[t]
             else:
                 for c, t in pairs:
                     probs[t] = w * c

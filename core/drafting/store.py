@@ -85,7 +85,7 @@ class DraftStore:
         max_tokens: int,
         width: int = 1,
         min_token_prob: float = 0.05,
-        backoff: int = 2,
+        backoff: int = 1,
         smoothing: float = 1.0,
     ) -> Draft:
         """Draft for a request: up to ``max_tokens`` nodes, ``width`` branches per node.

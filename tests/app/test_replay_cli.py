@@ -66,7 +66,7 @@ def test_references_protocol_and_table(tmp_path: Path):
         _cli(), ["replay", str(p), "--k", "4", "--methods", "grouped", "--protocol", "references"]
     )
     assert res.exit_code == 0, res.output
-    assert "protocol=references" in res.output and "backoff=2" in res.output
+    assert "protocol=references" in res.output and "backoff=1" in res.output
     lines = {ln.split()[0]: ln for ln in res.output.splitlines() if ln.startswith("grouped")}
     assert "4.000" in lines["grouped@n=1"]  # the finished twin predicts everything
     assert "speed on twins" in res.output

@@ -149,3 +149,5 @@ def test_run_replay_references_labels_and_validation():
 def test_measure_speed_on_a_group():
     s = measure_speed(TWINS, "grouped-tree4", 8)
     assert s.append_us_per_token > 0 and s.speculate_us > 0
+    with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
+        measure_speed(TWINS, "grouped", 8, repeats=0)

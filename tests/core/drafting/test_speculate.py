@@ -58,7 +58,9 @@ def test_blended_probabilities_computed_by_hand():
     #  root:  12 tokens, keeps the remaining .2: P(3) += .2/12, P(7) += .2*2/12, P(2) = .2*4/12
     # the node after 3 ends text 1: only the root (lambda 12/18) predicts, P(2) = 2/3 * 4/12
     sam, ends = _sam([5, 1, 2, 3], [6, 2, 7], [6, 2, 7], [1, 2])
-    d = speculate(sam, ends[3], SpeculationParams(max_tokens=3, width=3, min_token_prob=0.0))
+    d = speculate(
+        sam, ends[3], SpeculationParams(max_tokens=3, width=3, min_token_prob=0.0, backoff=2)
+    )
     p3 = 0.5 + 0.3 / 3 + 0.2 / 12
     assert d.tokens == (3, 7, 2) and d.parents == (-1, -1, 0)
     assert d.probs == pytest.approx((p3, 0.2 + 0.2 * 2 / 12, p3 * (2 / 3) * (4 / 12)))
@@ -76,7 +78,7 @@ def test_zero_budget_and_empty_automaton():
 
 def test_defaults():
     p = SpeculationParams()
-    assert (p.max_tokens, p.width, p.min_token_prob, p.backoff, p.smoothing) == (8, 1, 0.05, 2, 1.0)
+    assert (p.max_tokens, p.width, p.min_token_prob, p.backoff, p.smoothing) == (8, 1, 0.05, 1, 1.0)
 
 
 @pytest.mark.parametrize(
