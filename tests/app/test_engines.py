@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app.engines.config import EngineConfig
+from app.engines.fake import FakeEngine
 from app.engines.registry import ENGINE_BACKENDS, engine_class, make_engine
 from core.engine import ChunkRequest, FinishReason, SamplingParams
 
@@ -21,7 +22,8 @@ GREEDY = SamplingParams(temperature=0.0)
 
 @pytest.fixture(scope="module")
 def fake_engine(loop_thread: Any) -> Iterator[Any]:
-    engine = make_engine(EngineConfig(backend="fake", max_model_len=1024))
+    engine = FakeEngine(EngineConfig(backend="fake", max_model_len=1024))
+    engine.step_s = 0.005  # slow enough that an abort lands before the fake's first EOS
     loop_thread.run(engine.start())
     yield engine
 
