@@ -75,25 +75,32 @@ class GroupIndex:
         return self._lengths.get(request_id, 0)
 
     def add_tokens(self, request_id: str, token_ids: Iterable[int]) -> None:
-        """Append a request's newly generated tokens (the first call starts the request)."""
+        """Append a request's newly generated tokens (the first call starts the request).
+
+        All-or-nothing: the tokens are validated before any is appended.
+        """
         if not request_id:
             raise ValueError(f"group {self.group_id!r}: request_id must be a non-empty string")
-        end = self._ends.get(request_id, self._prompt_end)
-        n = 0
-        extend = self._sam.extend
-        log_tok = self._log_tok
-        for t in token_ids:
-            end = extend(end, t)
-            log_tok.append(t)
-            n += 1
-        if n == 0:
+        tokens = list(token_ids)
+        for t in tokens:
+            if not isinstance(t, int) or t < 0:
+                raise ValueError(
+                    f"group {self.group_id!r}, request {request_id!r}: token ids must be "
+                    f"non-negative ints, got {t!r}"
+                )
+        if not tokens:
             return  # nothing appended: the request is not started (the log has no trace of it)
-        self._log_req.extend([request_id] * n)
+        end = self._ends.get(request_id, self._prompt_end)
+        extend = self._sam.extend
+        for t in tokens:
+            end = extend(end, t)
+        self._log_tok.extend(tokens)
+        self._log_req.extend([request_id] * len(tokens))
         self._ends[request_id] = end
-        self._lengths[request_id] = self._lengths.get(request_id, 0) + n
+        self._lengths[request_id] = self._lengths.get(request_id, 0) + len(tokens)
 
     def add_token(self, request_id: str, token: int) -> None:
-        """Fast path of ``add_tokens`` for one token."""
+        """Fast path of ``add_tokens`` for one token (trusted caller: no token validation)."""
         end = self._ends.get(request_id)
         if end is None:
             if not request_id:

@@ -60,6 +60,17 @@ def test_json_contract_shape(tmp_path: Path):
     assert out["speed"]["append_us_per_token"] > 0
 
 
+def test_defaults_print_a_table(tmp_path: Path):
+    p = _tiny(tmp_path)
+    res = CliRunner().invoke(_cli(), ["replay", str(p)])
+    assert res.exit_code == 0, res.output
+    header = next(ln for ln in res.output.splitlines() if ln.startswith("method"))
+    assert header.split()[1:] == ["k=4", "k=8", "k=16"]
+    for name in ("none", "ngram", "suffix-self", "grouped", "grouped-tree2", "grouped-tree4"):
+        assert any(ln.split()[0] == name for ln in res.output.splitlines() if ln.strip())
+    assert "min_token_prob=0.05" in res.output
+
+
 def test_references_protocol_and_table(tmp_path: Path):
     p = _tiny(tmp_path)
     res = CliRunner().invoke(

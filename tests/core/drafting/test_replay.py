@@ -146,6 +146,14 @@ def test_run_replay_references_labels_and_validation():
     assert none_only.speed is None
 
 
+def test_run_replay_defaults_cover_every_method_and_k():
+    report = run_replay([REPEAT])
+    assert list(report.table) == list(METHODS)
+    assert all(list(row) == [4, 8, 16] for row in report.table.values())
+    assert report.protocol == "lockstep" and report.speed_method == "grouped-tree4"
+    assert report.scoring.min_token_prob == 0.05 and report.scoring.backoff == 1
+
+
 def test_measure_speed_on_a_group():
     s = measure_speed(TWINS, "grouped-tree4", 8)
     assert s.append_us_per_token > 0 and s.speculate_us > 0

@@ -86,6 +86,11 @@ def test_lifecycle_misuse_is_loud():
         s.register_group("h", [])
     with pytest.raises(ValueError, match="request_id must be a non-empty string"):
         s.add_tokens("g", "", [1])
+    with pytest.raises(
+        ValueError, match="request 'a': token ids must be non-negative ints, got -4"
+    ):
+        s.add_tokens("g", "a", [3, -4])
+    assert s.version("g") == 0  # all-or-nothing: the valid 3 was not appended either
     s.add_tokens("g", "a", [2, 3])
     with pytest.raises(DraftLifecycleError, match="version 5 outside \\[0, 2\\]"):
         s.export_since("g", 5)
