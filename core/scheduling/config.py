@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Default chunk size in new tokens; chosen with the simulator (docs/scheduling.md, "Chunk size").
-DEFAULT_CHUNK_TOKENS = 4096
+DEFAULT_CHUNK_TOKENS = 1024
 
 
 @dataclass(frozen=True, slots=True)

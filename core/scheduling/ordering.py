@@ -57,11 +57,22 @@ def oracle_key(state: OrderingState, r: int) -> float:
     return -float(state.oracle_lengths[r] - state.generated[r])
 
 
+def oracle_group_key(state: OrderingState, r: int) -> float:
+    """Longest true *group* length first (max over the group's true lengths), the best any
+    group-level estimate can reach: the yardstick that separates what context can learn from
+    within-group noise no context can (a yardstick too)."""
+    if state.oracle_lengths is None:
+        raise ValueError("ordering 'oracle-group' needs oracle_lengths (the true output lengths)")
+    lens = state.oracle_lengths
+    return -float(max(lens[m] for m in state.groups[state.group_of[r]].members))
+
+
 ORDERINGS: dict[str, OrderingFn] = {
     "fifo": fifo_key,
     "context": context_key,
     "context-max": context_max_key,
     "oracle": oracle_key,
+    "oracle-group": oracle_group_key,
 }
 
 

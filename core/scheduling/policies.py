@@ -21,6 +21,7 @@ class PolicyPlan:
     name: str
     config: SchedulerConfig
     speculate: bool
+    uses_prior: bool = False  # seed group estimates with lengths from an earlier iteration
 
 
 PolicyFn = Callable[[SchedulerConfig], PolicyPlan]
@@ -53,6 +54,13 @@ def context_max(base: SchedulerConfig) -> PolicyPlan:
     return _plan("context-max", base, False, divided=True, ordering="context-max", probes=True)
 
 
+def context_prior(base: SchedulerConfig) -> PolicyPlan:
+    """``context`` with a length prior: recorded lengths of the same prompts from an earlier
+    RL iteration seed each group's estimate before its probe finishes."""
+    plan = _plan("context-prior", base, False, divided=True, ordering="context", probes=True)
+    return dataclasses.replace(plan, uses_prior=True)
+
+
 def seer(base: SchedulerConfig) -> PolicyPlan:
     """All three techniques: ``context`` + adaptive grouped speculative decoding."""
     return _plan("seer", base, True, divided=True, ordering="context", probes=True)
@@ -63,13 +71,21 @@ def oracle(base: SchedulerConfig) -> PolicyPlan:
     return _plan("oracle", base, False, divided=True, ordering="oracle", probes=False)
 
 
+def oracle_group(base: SchedulerConfig) -> PolicyPlan:
+    """Divided + longest true group length first (knows each group's longest response, not
+    which sibling it is): the ceiling of any group-level context estimate."""
+    return _plan("oracle-group", base, False, divided=True, ordering="oracle-group", probes=False)
+
+
 POLICIES: dict[str, PolicyFn] = {
     "verl": verl,
     "divided": divided,
     "context": context,
     "context-max": context_max,
+    "context-prior": context_prior,
     "seer": seer,
     "oracle": oracle,
+    "oracle-group": oracle_group,
 }
 
 

@@ -106,7 +106,7 @@ class Scheduler:
     ) -> None:
         """Queue new groups. ``oracle_lengths`` (request_id -> true length) is required by the
         ``oracle`` ordering and ignored otherwise."""
-        need_oracle = self.config.ordering == "oracle" and self.config.divided
+        need_oracle = self.config.ordering in ("oracle", "oracle-group") and self.config.divided
         seen: set[str] = set()
         for spec in groups:
             if spec.group_id in seen or spec.group_id in self._group_set:
@@ -116,7 +116,15 @@ class Scheduler:
                 if rid in self._index:
                     raise ValueError(f"request {rid!r} submitted twice")
                 if need_oracle and (oracle_lengths is None or rid not in oracle_lengths):
-                    raise ValueError(f"ordering 'oracle' needs the true length of {rid!r}")
+                    raise ValueError(
+                        f"ordering {self.config.ordering!r} needs the true length of {rid!r}"
+                    )
+                if need_oracle and oracle_lengths is not None:
+                    true = oracle_lengths[rid]
+                    if not 1 <= true <= spec.max_tokens:
+                        raise ValueError(
+                            f"oracle length of {rid!r} is {true}, outside [1, {spec.max_tokens}]"
+                        )
         new_groups: list[int] = []
         for spec in groups:
             gi = len(self.groups)
@@ -149,12 +157,7 @@ class Scheduler:
                 self._chunk_budget.append(0)
                 self._chunk_reserve.append(0)
                 if need_oracle and oracle_lengths is not None:
-                    true = oracle_lengths[rid]
-                    if not 1 <= true <= spec.max_tokens:
-                        raise ValueError(
-                            f"oracle length of {rid!r} is {true}, outside [1, {spec.max_tokens}]"
-                        )
-                    self._oracle.append(true)
+                    self._oracle.append(oracle_lengths[rid])
                 else:
                     self._oracle.append(spec.max_tokens)
                 stats.members.append(r)
@@ -190,6 +193,11 @@ class Scheduler:
             raise ValueError(
                 f"request {request_id!r}: finish 'chunk' after {new_tokens} tokens, budget {budget}"
             )
+        gen = self.generated[r] + new_tokens
+        finished = finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
+        finished = finished or gen >= self._max_tokens[r]
+        if finished and gen < 1:
+            raise ValueError(f"request {request_id!r} finished with 0 generated tokens")
         rep = self._chunk_replica[r]
         t = self._table
         t.running[rep] -= 1
@@ -197,14 +205,10 @@ class Scheduler:
         self._free_slots += 1
         self._chunk_reserve[r] = 0
         self._kv_replica[r] = rep
-        gen = self.generated[r] + new_tokens
         self.generated[r] = gen
         g = self.groups[self.group_of[r]]
-        finished = finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
-        finished = finished or gen >= self._max_tokens[r]
+        before = (g.log_mean(), g.paper_estimate())
         if finished:
-            if gen < 1:
-                raise ValueError(f"request {request_id!r} finished with 0 generated tokens")
             self.phase[r] = _FINISHED
             self._version[r] += 1
             g.observe_finished(gen)
@@ -223,7 +227,7 @@ class Scheduler:
         if self._group_keys_depend:
             if self._since_rekey >= self.config.rekey_every:
                 self._rekey_all()
-            else:
+            elif (g.log_mean(), g.paper_estimate()) != before:
                 self._rekey_group(g, skip=r)
         return finished
 
@@ -236,9 +240,10 @@ class Scheduler:
                 f"request {request_id!r}: generated={generated} > max_tokens={self._max_tokens[r]}"
             )
         g = self.groups[self.group_of[r]]
-        if generated > g.max_progress:
+        if generated > g.running_max:
+            before = (g.log_mean(), g.paper_estimate())
             g.observe_progress(generated)
-            if self._group_keys_depend:
+            if self._group_keys_depend and (g.log_mean(), g.paper_estimate()) != before:
                 self._rekey_group(g, skip=-1)
 
     # ------------------------------------------------------------------ decisions

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from core.engine.types import FinishReason
 from core.scheduling import (
     ChunkDecision,
+    DictLengthPrior,
     GroupSpec,
     LengthPrior,
     ReplicaSpec,
@@ -28,7 +29,7 @@ from core.scheduling import (
 from core.sim.acceptance import AcceptanceModel, paper_model
 from core.sim.cost import CostModel
 from core.sim.instance import Arrival, Instance
-from core.sim.workload import Workload
+from core.sim.workload import Workload, resample_same_prompts
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +104,11 @@ def simulate(
     trace: bool = False,
     draft_chooser: DraftChooser | None = None,
     progress: Callable[[float], None] | None = None,
+    prior_seed: int = 1_000_003,
 ) -> PolicyResult:
-    """Run one policy on ``work``; returns its figures."""
+    """Run one policy on ``work``; returns its figures. A policy that ``uses_prior`` gets, unless
+    ``prior`` is given, the lengths of another iteration of the same prompts (drawn with
+    ``prior_seed``; needs a generated workload)."""
     wall0 = time.perf_counter()
     plan = get_policy(policy, base)
     spec = work.spec
@@ -129,6 +133,10 @@ def simulate(
         ReplicaSpec(f"i{i}", cost.kv_capacity_tokens, cost.max_running)
         for i in range(spec.instances)
     ]
+    if plan.uses_prior and prior is None:
+        # the previous iteration on the same prompts: same latent group lengths, fresh noise
+        earlier = resample_same_prompts(work, seed=prior_seed)
+        prior = DictLengthPrior({f"p{g}": row for g, row in enumerate(earlier.lengths)})
     sched = Scheduler(plan.config, replicas, prior=prior)
     sched.submit(groups, oracle_lengths=dict(zip(req_ids, true_len, strict=True)))
     acc = acceptance or paper_model()

@@ -1,6 +1,8 @@
 """Workloads: Table 3-shaped synthetic rollouts and replay of recorded rollouts.
 
-Invariant: a workload is fully determined by its ``WorkloadSpec`` and seed. Lengths are
+Invariant: a workload is fully determined by its ``WorkloadSpec`` and seed (the latent group
+lengths are drawn first, then the responses, so another iteration on the same prompts keeps
+the latents and redraws only the responses). Lengths are
 group-correlated: each group draws a latent log length mu_g ~ N(mu, length_sigma^2); each
 response is exp(mu_g + N(0, within_sigma^2)), an ``outlier_frac`` of responses instead run to
 the cap, and every length is capped at ``max_tokens`` (and >= 1). ``mu`` is solved so that the
@@ -125,6 +127,7 @@ class Workload:
     spec: WorkloadSpec
     lengths: list[list[int]]
     prompt_tokens: list[int]
+    group_log_means: list[float] | None = None  # latent log length per group (generated only)
 
     @property
     def total_tokens(self) -> int:
@@ -135,11 +138,14 @@ class Workload:
         return max(max(g) for g in self.lengths)
 
 
-def _draw(spec: WorkloadSpec, mu: float, rng: np.random.Generator) -> np.ndarray:
-    z_g = rng.standard_normal((spec.groups, 1))
-    z_i = rng.standard_normal((spec.groups, spec.group_size))
-    out = rng.random((spec.groups, spec.group_size)) < spec.outlier_frac
-    x = np.exp(mu + spec.length_sigma * z_g + spec.within_sigma * z_i)
+def _draw_latent(spec: WorkloadSpec, mu: float, rng: np.random.Generator) -> np.ndarray:
+    return mu + spec.length_sigma * rng.standard_normal(spec.groups)
+
+
+def _draw_responses(spec: WorkloadSpec, latent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    z_i = rng.standard_normal((len(latent), spec.group_size))
+    out = rng.random((len(latent), spec.group_size)) < spec.outlier_frac
+    x = np.exp(latent[:, None] + spec.within_sigma * z_i)
     x = np.where(out, spec.max_tokens, x)
     return np.clip(np.rint(x), 1, spec.max_tokens)
 
@@ -165,28 +171,26 @@ def solve_log_mean(spec: WorkloadSpec, samples: int = 200_000) -> float:
 
 def generate(spec: WorkloadSpec, seed: int = 0) -> Workload:
     """Draw the lengths of one iteration of ``spec``."""
-    mu = solve_log_mean(spec)
-    lens = _draw(spec, mu, np.random.default_rng(seed)).astype(int)
+    rng = np.random.default_rng(seed)
+    latent = _draw_latent(spec, solve_log_mean(spec), rng)
+    lens = _draw_responses(spec, latent, rng).astype(int)
     return Workload(
         spec=spec,
         lengths=[list(map(int, row)) for row in lens],
         prompt_tokens=[spec.prompt_tokens] * spec.groups,
+        group_log_means=[float(x) for x in latent],
     )
 
 
 def resample_same_prompts(work: Workload, seed: int) -> Workload:
-    """The next RL iteration on the same prompts: each group keeps its latent length, responses
-    get fresh noise (used to measure what a length prior from an earlier iteration buys)."""
-    spec = work.spec
-    rng = np.random.default_rng(seed)
-    rows: list[list[int]] = []
-    for g in work.lengths:
-        logs = np.log(np.asarray(g, dtype=float))
-        mu_g = float(logs.mean())
-        x = np.exp(mu_g + spec.within_sigma * rng.standard_normal(len(g)))
-        x = np.where(rng.random(len(g)) < spec.outlier_frac, spec.max_tokens, x)
-        rows.append([int(v) for v in np.clip(np.rint(x), 1, spec.max_tokens)])
-    return Workload(spec=spec, lengths=rows, prompt_tokens=list(work.prompt_tokens))
+    """Another RL iteration on the same prompts: each group keeps its latent log length,
+    responses get fresh noise and outliers (what a length prior from an earlier iteration
+    sees). Needs a generated workload (recorded ones have no latent lengths)."""
+    if work.group_log_means is None:
+        raise ValueError(f"workload {work.spec.name!r} has no latent group lengths to resample")
+    latent = np.asarray(work.group_log_means)
+    lens = _draw_responses(work.spec, latent, np.random.default_rng(seed)).astype(int)
+    return dataclasses.replace(work, lengths=[list(map(int, row)) for row in lens])
 
 
 def load_recorded(path: str | Path, instances: int = 1, max_tokens: int | None = None) -> Workload:

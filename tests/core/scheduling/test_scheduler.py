@@ -289,3 +289,22 @@ def test_random_runs_finish_exactly_and_never_overbook(
     drive(s, lengths, rng)
     assert s.done
     assert all(s.request_generated(r) == n for r, n in lengths.items())
+
+
+def test_oracle_group_orders_by_longest_true_sibling() -> None:
+    cfg = SchedulerConfig(ordering="oracle-group", probes=False)
+    s = Scheduler(cfg, [ReplicaSpec("a", 100_000, 2)])
+    true = {"g0-0": 5, "g0-1": 6, "g1-0": 3, "g1-1": 90}
+    s.submit(groups(2, 2), oracle_lengths=true)
+    assert [d.group_id for d in s.schedule()] == ["g1", "g1"]
+    s2 = Scheduler(cfg, [ReplicaSpec("a", 100_000, 2)])
+    with pytest.raises(ValueError, match=r"oracle length of 'g0-0' is 500, outside \[1, 100\]"):
+        s2.submit(groups(1, 1), oracle_lengths={"g0-0": 500})
+    assert s2.num_queued == 0  # rejected before any state changed
+
+
+def test_dispatch_bench_keeps_the_backlog() -> None:
+    from core.scheduling.bench import bench_dispatch
+
+    b = bench_dispatch("context", queued=2_000, decisions=2_000)
+    assert b.decisions >= 2_000 and b.queued_min >= 1_900 and b.per_second > 0

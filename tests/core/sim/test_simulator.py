@@ -90,3 +90,21 @@ def test_verl_calibrated_to_paper_within_15_percent(name: str) -> None:
     p = PRESETS[name]
     runs = [simulate(generate(p.spec, seed), p.cost, "verl").makespan_s for seed in range(4)]
     assert abs(sum(runs) / len(runs) / p.paper_verl_s - 1) < 0.15, runs
+
+
+def test_context_prior_uses_an_earlier_iteration_of_the_same_prompts() -> None:
+    spec = WorkloadSpec("t", groups=48, group_size=8, mean_tokens=3000, max_tokens=16384,
+                        instances=2, within_sigma=0.2, outlier_frac=0.0)  # fmt: skip
+    w = generate(spec, seed=5)
+    plain = simulate(w, COST, "context")
+    seeded = simulate(w, COST, "context-prior")
+    assert seeded.makespan_s != plain.makespan_s  # the prior changes decisions
+    assert seeded.makespan_s < plain.makespan_s * 1.02
+    recorded = dataclasses.replace(w, group_log_means=None)
+    with pytest.raises(ValueError, match="no latent group lengths"):
+        simulate(recorded, COST, "context-prior")
+
+
+def test_oracle_group_policy_runs() -> None:
+    r = simulate(small(), COST, "oracle-group")
+    assert r.preemptions == 0 and r.makespan_s > 0
