@@ -151,12 +151,12 @@ class SuffixAutomaton:
 
     def find(self, tokens: Sequence[int]) -> int | None:
         """State of the substring ``tokens``, or None when it does not occur."""
-        v: int | None = ROOT
+        v = ROOT
         for t in tokens:
-            assert v is not None
-            v = self._next[v].get(t)
-            if v is None:
+            u = self._next[v].get(t)
+            if u is None:
                 return None
+            v = u
         return v
 
     def occurrences(self, tokens: Sequence[int]) -> int:

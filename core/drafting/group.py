@@ -2,7 +2,8 @@
 
 Invariant: ``version`` is the number of tokens appended since registration (prompt excluded) and
 the append log holds exactly those tokens in order, so replaying ``log[v:]`` onto a copy at
-version ``v`` reproduces this index bit for bit (same states, same counts). Every request's text
+version ``v`` reproduces this index bit for bit (same states, same counts; only the automaton's
+wide-state draft cache depends on query history, within its 5% staleness). Every request's text
 is prompt + its own appended tokens; its end state is the automaton state of that full text.
 """
 

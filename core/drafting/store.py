@@ -101,6 +101,25 @@ class DraftStore:
         )
         return self.group(group_id).speculate(request_id, params)
 
+    def batch_speculate(
+        self,
+        requests: Sequence[tuple[str, str, int]],
+        width: int = 1,
+        min_token_prob: float = 0.05,
+        backoff: int = 1,
+        smoothing: float = 1.0,
+    ) -> list[Draft]:
+        """The paper's ``batch_speculate``: one draft per (group_id, request_id, max_tokens).
+
+        Every group is checked before any draft is made, so a bad id fails the whole batch.
+        """
+        for group_id, _, _ in requests:
+            self.group(group_id)
+        return [
+            self.speculate(g, r, k, width, min_token_prob, backoff, smoothing)
+            for g, r, k in requests
+        ]
+
     def release_group(self, group_id: str) -> None:
         self.group(group_id)
         del self._groups[group_id]

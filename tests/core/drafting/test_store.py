@@ -149,6 +149,19 @@ def test_single_token_fast_path_equals_bulk_add():
         GroupIndex("", [1])
 
 
+def test_batch_speculate_matches_single_calls_and_fails_whole():
+    s = DraftStore()
+    s.register_group("g", [1, 2])
+    s.register_group("h", [7])
+    s.add_tokens("g", "a", [3, 4, 5, 1, 2])
+    s.add_tokens("h", "b", [8, 9, 7])
+    got = s.batch_speculate([("g", "a", 2), ("h", "b", 4), ("g", "new", 3)])
+    assert got == [s.speculate("g", "a", 2), s.speculate("h", "b", 4), s.speculate("g", "new", 3)]
+    assert got[0].tokens == (3, 4) and got[1].tokens[:2] == (8, 9)
+    with pytest.raises(DraftLifecycleError, match="group 'x' is not registered"):
+        s.batch_speculate([("g", "a", 2), ("x", "b", 2)])
+
+
 def test_speculate_defaults_and_new_request_drafts_from_prompt():
     s = DraftStore()
     s.register_group("g", [1, 2])
