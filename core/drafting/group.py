@@ -134,7 +134,7 @@ class GroupIndex:
 
     def memory(self) -> GroupMemory:
         sam = self._sam
-        log_bytes = 16 * self.version
+        log_bytes = 16 * self.version  # two list slots per logged token
         return GroupMemory(
             group_id=self.group_id,
             prompt_tokens=len(self.prompt),

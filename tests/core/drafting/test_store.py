@@ -168,3 +168,21 @@ def test_speculate_defaults_and_new_request_drafts_from_prompt():
     s.add_tokens("g", "a", [3, 4, 5])
     d = s.speculate("g", "new", 8)  # defaults: width 1, min_token_prob 0.05
     assert d.tokens == (3, 4, 5) and d.is_path and d.match_length == 2
+
+
+def test_memory_estimate_tracks_the_real_footprint():
+    import random
+    import tracemalloc
+
+    rng = random.Random(0)
+    tracemalloc.start()
+    try:
+        s = DraftStore()
+        s.register_group("g", [1, 2, 3])
+        for r in range(8):
+            s.add_tokens("g", f"r{r}", [rng.randrange(50) for _ in range(400)])
+        used, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    est = s.memory("g").approx_bytes
+    assert 0.65 * used <= est <= 1.35 * used, (est, used)
