@@ -48,7 +48,8 @@ class FakeEngine:
         return "".join(chr(t) for t in token_ids if t != EOS)
 
     def load(self) -> EngineLoad:
-        return EngineLoad(replica_id=self.replica_id, running=len(self._running))
+        n = len(self._running)
+        return EngineLoad(replica_id=self.replica_id, running=n, chunks_in_flight=n)
 
     def _next(self, context: list[int], seed: int) -> tuple[int, float]:
         h = hashlib.blake2b(repr((seed, context[-8:], len(context))).encode(), digest_size=4)

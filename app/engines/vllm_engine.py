@@ -151,6 +151,7 @@ class VllmEngine:
             replica_id=self.replica_id,
             running=int(self._stats["running"]),
             waiting=int(self._stats["waiting"]),
+            chunks_in_flight=len(self._running),
             kv_usage=min(1.0, max(0.0, float(self._stats["kv_usage"]))),
             kv_capacity_tokens=self._kv_capacity_tokens,
         )

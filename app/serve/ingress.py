@@ -166,13 +166,17 @@ class Ingress:
         tasks = [asyncio.ensure_future(self._run_one(r, c)) for r, c in chunks]
         try:
             return await asyncio.wait_for(asyncio.gather(*tasks), self.config.request_timeout_s)
-        except Exception as exc:
+        except BaseException as exc:  # incl. CancelledError when the client disconnects
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(
-                *(self.engines[r].abort.remote(c.request_id) for r, c in chunks),
-                return_exceptions=True,
+            await asyncio.shield(
+                asyncio.gather(
+                    *(self.engines[r].abort.remote(c.request_id) for r, c in chunks),
+                    return_exceptions=True,
+                )
             )
+            if not isinstance(exc, Exception):
+                raise
             if isinstance(exc, TimeoutError):
                 raise HTTPException(
                     status_code=504,

@@ -118,7 +118,8 @@ class EngineLoad(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     replica_id: str
-    running: int = Field(0, ge=0)
-    waiting: int = Field(0, ge=0)
+    running: int = Field(0, ge=0, description="sequences the engine is decoding")
+    waiting: int = Field(0, ge=0, description="sequences queued inside the engine")
+    chunks_in_flight: int = Field(0, ge=0, description="run_chunk calls not yet returned")
     kv_usage: float = Field(0.0, ge=0.0, le=1.0, description="fraction of KV blocks in use")
     kv_capacity_tokens: int = Field(0, ge=0, description="total KV token slots of the replica")

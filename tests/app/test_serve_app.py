@@ -174,3 +174,25 @@ def test_demo_command_against_live_app(serve_url: str) -> None:
     stats = json.loads(result.output)
     assert stats["requests"] == 4 and stats["policy"] == "verl"
     assert 4 <= stats["output_tokens"] <= 32 and stats["tokens_per_s"] > 0
+
+
+def test_client_disconnect_aborts_running_chunks(client: httpx.Client, serve_url: str) -> None:
+    """A trainer that gives up must not leave the replicas generating for nobody."""
+    import time
+
+    body = {
+        "prompts": ["a", "b", "c", "d", "e", "f", "g", "h"],
+        "group_size": 8,
+        "max_tokens": 480,
+        "sampling": {"temperature": 1.0, "seed": 1},
+    }
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{serve_url}/v1/rollouts", json=body, timeout=3.0)
+    # 64 x 480 tokens would keep both tiny replicas busy for well over 30 s
+    deadline = time.monotonic() + 10
+    while True:
+        replicas = client.get("/healthz").json()["replicas"]
+        if all(r["chunks_in_flight"] == 0 for r in replicas):
+            break
+        assert time.monotonic() < deadline, replicas
+        time.sleep(0.5)
