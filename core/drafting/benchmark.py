@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.drafting.methods import METHODS, method_factory
+from core.drafting.methods import GROUPED_WIDTHS, METHODS, method_factory
 from core.drafting.recorded import RecordedGroup
 from core.drafting.replay import (
     DEFAULT_SCORING,
@@ -80,12 +80,12 @@ def run_replay(
                 for name in methods:
                     merge(f"{name}@n={n}", res[name])
     largest = max(groups, key=lambda g: g.num_tokens)
-    grouped = [m for m in methods if m.startswith("grouped")]
+    grouped = [m for m in methods if m in GROUPED_WIDTHS]
     speed: SpeedFigures | None = None
     speed_method: str | None = None
     if grouped:
         # the widest tree is the slowest to draft: report it (append cost is shared)
-        speed_method = max(grouped, key=lambda m: (len(m), m))
+        speed_method = max(grouped, key=GROUPED_WIDTHS.__getitem__)
         speed = measure_speed(largest, speed_method, SPEED_K, scoring)
     return ReplayReport(
         protocol=protocol,

@@ -110,13 +110,14 @@ def _grouped(width: int) -> DrafterFactory:
     return make
 
 
+# grouped method -> tree width (1 = single path)
+GROUPED_WIDTHS: dict[str, int] = {"grouped": 1, "grouped-tree2": 2, "grouped-tree4": 4}
+
 METHODS: dict[str, DrafterFactory] = {
     "none": NoDrafter,
     "ngram": NgramDrafter,
     "suffix-self": SelfSuffixDrafter,
-    "grouped": _grouped(1),
-    "grouped-tree2": _grouped(2),
-    "grouped-tree4": _grouped(4),
+    **{name: _grouped(width) for name, width in GROUPED_WIDTHS.items()},
 }
 
 
