@@ -128,3 +128,27 @@ def test_wide_state_serves_a_cached_top_list_refreshed_on_growth():
     one = sam.find([1])
     assert one is not None
     assert sam.continuations(one)[1] == sum(sam.count(u) for u in sam.children(one).values())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_long_random_interleavings_match_brute_force(brute, seed):
+    import random
+
+    rng = random.Random(seed)
+    prompt = [rng.randrange(4) for _ in range(rng.randrange(1, 12))]
+    idx = GroupIndex("g", prompt)
+    ref = brute(prompt)
+    for _ in range(60):  # 60 appends of 1-4 tokens, random requests, repetitive text
+        r = f"r{rng.randrange(4)}"
+        toks = [rng.randrange(4) for _ in range(rng.randrange(1, 5))]
+        idx.add_tokens(r, toks)
+        ref.add(r, toks)
+    idx.check()
+    sam = idx.automaton
+    for n in range(1, 4):
+        for w in itertools.product(range(4), repeat=n):
+            assert sam.occurrences(w) == ref.count(w), w
+    for r in ref.outs:
+        end = sam.find(ref.text(r))
+        assert end is not None
+        assert sam.length(match_state(sam, end)) == ref.match_length(r)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.drafting.automaton import ROOT, SuffixAutomaton
 from core.drafting.speculate import SpeculationParams, match_state, speculate
@@ -95,3 +97,37 @@ def test_defaults():
 def test_params_validation(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         SpeculationParams(**kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=30), min_size=1, max_size=4),
+    max_tokens=st.integers(0, 12),
+    width=st.integers(1, 4),
+    min_p=st.sampled_from([0.0, 0.05, 0.3]),
+    backoff=st.integers(0, 3),
+    smoothing=st.sampled_from([0.5, 1.0, 4.0]),
+)
+def test_every_draft_is_a_well_formed_tree(texts, max_tokens, width, min_p, backoff, smoothing):
+    sam, ends = _sam(*texts)
+    params = SpeculationParams(
+        max_tokens=max_tokens,
+        width=width,
+        min_token_prob=min_p,
+        backoff=backoff,
+        smoothing=smoothing,
+    )
+    d = speculate(sam, ends[-1], params)
+    assert len(d) <= max_tokens
+    kids: dict[int, list[int]] = {}
+    for t, p, pr in zip(d.tokens, d.parents, d.probs, strict=True):
+        assert min_p <= pr <= 1.0 + 1e-12
+        if p >= 0:
+            assert pr <= d.probs[p] + 1e-12  # path probability never grows
+        kids.setdefault(p, []).append(t)
+    for siblings in kids.values():
+        assert len(siblings) <= width and len(set(siblings)) == len(siblings)
+    # a draft's root candidates exist as continuations somewhere in the group
+    for t, p in zip(d.tokens, d.parents, strict=True):
+        if p == -1:
+            assert sam.find([t]) is not None
