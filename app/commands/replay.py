@@ -36,14 +36,10 @@ def report_json(file: str, report: ReplayReport) -> dict[str, object]:
         }
         for label, row in report.table.items()
     }
-    speed = (
-        {
-            "append_us_per_token": report.speed.append_us_per_token,
-            "speculate_us": report.speed.speculate_us,
-        }
-        if report.speed is not None
-        else None
-    )
+    speed = {
+        "append_us_per_token": report.speed.append_us_per_token,
+        "speculate_us": report.speed.speculate_us,
+    }
     return {"file": file, "protocol": report.protocol, "methods": methods, "speed": speed}
 
 
@@ -62,12 +58,11 @@ def report_table(file: str, report: ReplayReport) -> str:
             for k in ks
         )
         lines.append(label.ljust(width) + cells)
-    if report.speed is not None:
-        lines.append(
-            f"speed on {report.largest_group} ({report.largest_group_tokens} tokens, "
-            f"{report.speed_method}, k=8): append {report.speed.append_us_per_token:.2f} us/token"
-            f", speculate {report.speed.speculate_us:.1f} us/draft"
-        )
+    lines.append(
+        f"speed on {report.largest_group} ({report.largest_group_tokens} tokens, "
+        f"{report.speed_method}, k=8): append {report.speed.append_us_per_token:.2f} us/token"
+        f", speculate {report.speed.speculate_us:.1f} us/draft"
+    )
     return "\n".join(lines)
 
 
