@@ -35,6 +35,10 @@ def simulate(
     within_sigma: Annotated[
         float | None, typer.Option(help="std-dev of log length among siblings of a group")
     ] = None,
+    outlier_frac: Annotated[
+        float | None,
+        typer.Option(help="fraction of responses that run to the cap (runaway generations)"),
+    ] = None,
     scale: Annotated[
         float,
         typer.Option(help="multiply groups and instances by this (same load per instance)"),
@@ -81,6 +85,7 @@ def simulate(
         "instances": instances,
         "length_sigma": length_sigma,
         "within_sigma": within_sigma,
+        "outlier_frac": outlier_frac,
     }
     try:
         req = SimulationRequest(

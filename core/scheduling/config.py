@@ -26,6 +26,9 @@ class SchedulerConfig:
     - ``probes`` : one probe (speculative) request per group in a high-priority queue.
     - ``starvation_interval`` (0 .. 1,000,000): every n-th dispatch goes to the request that has
       waited longest (0 = never).
+    - ``explore_interval`` (0 .. 1,000,000): every n-th dispatch goes to the not-yet-started
+      request with the *shortest* estimate (0 = never): it frees its slot soon and exposes
+      runaway responses of short-looking groups early.
     - ``within_sigma_prior`` (0.05 .. 3.0): prior std-dev of log length among siblings, for the
       ``context`` estimate until enough finished siblings are observed.
     - ``hedge_quantile`` (0.5 .. 0.999): ``context`` ranks a request by this quantile of its
@@ -43,6 +46,7 @@ class SchedulerConfig:
     cache_threshold: int = 32
     probes: bool = True
     starvation_interval: int = 0
+    explore_interval: int = 0
     within_sigma_prior: float = 0.6
     hedge_quantile: float = 0.75
     prior_weight: float = 0.5
@@ -59,6 +63,7 @@ class SchedulerConfig:
         _bound("chunk_tokens", self.chunk_tokens, 1, 1_048_576)
         _bound("cache_threshold", self.cache_threshold, 0, 100_000)
         _bound("starvation_interval", self.starvation_interval, 0, 1_000_000)
+        _bound("explore_interval", self.explore_interval, 0, 1_000_000)
         _bound("within_sigma_prior", self.within_sigma_prior, 0.05, 3.0)
         _bound("hedge_quantile", self.hedge_quantile, 0.01, 0.999)
         _bound("prior_weight", self.prior_weight, 0.0, 100.0)

@@ -76,6 +76,10 @@ ORDERINGS: dict[str, OrderingFn] = {
 }
 
 
+#: Orderings whose keys never depend on sibling evidence (no re-keying when a sibling reports).
+STATIC_ORDERINGS = frozenset({"fifo", "oracle", "oracle-group"})
+
+
 def get_ordering(name: str) -> OrderingFn:
     try:
         return ORDERINGS[name]

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from core.engine.types import FinishReason
 from core.scheduling.config import SchedulerConfig
 from core.scheduling.estimate import GroupStats, LengthPrior, PopulationStats
-from core.scheduling.ordering import get_ordering
+from core.scheduling.ordering import STATIC_ORDERINGS, get_ordering
 from core.scheduling.routing import ReplicaTable, get_routing
 from core.scheduling.types import (
     ChunkDecision,
@@ -93,12 +93,14 @@ class Scheduler:
         self._heap: list[tuple[float, int, int]] = []
         self._probes: list[tuple[int, int, int]] = []
         self._fifo: deque[tuple[int, int]] = deque()
+        self._explore: list[tuple[float, int, int]] = []  # unstarted, shortest estimate first
         self._n_queued = 0
         self._n_finished = 0
         self._since_rekey = 0
         self._dispatches = 0
         self._verl_next = 0
-        self._group_keys_depend = config.ordering in ("context", "context-max")
+        self._group_keys_depend = config.ordering not in STATIC_ORDERINGS
+        self._explore_on = config.explore_interval > 0
 
     # ------------------------------------------------------------------ inputs
     def submit(
@@ -333,7 +335,10 @@ class Scheduler:
         if self.is_probe[r]:
             heapq.heappush(self._probes, (self.generated[r], r, ver))
         else:
-            heapq.heappush(self._heap, (self._order(self, r), r, ver))
+            key = self._order(self, r)
+            heapq.heappush(self._heap, (key, r, ver))
+            if self._explore_on and self.generated[r] == 0:
+                heapq.heappush(self._explore, (-key, r, ver))
 
     def _pop(self) -> int:
         """Best live queued request (removed from the queues), or -1."""
@@ -343,6 +348,13 @@ class Scheduler:
             _, r, ver = heapq.heappop(self._probes)
             if ver == version[r] and phase[r] is _QUEUED:
                 return self._take(r)
+        ei = self.config.explore_interval
+        if ei > 0 and self._dispatches % ei == ei - 1:
+            explore = self._explore
+            while explore:
+                _, r, ver = heapq.heappop(explore)
+                if ver == version[r] and phase[r] is _QUEUED:
+                    return self._take(r)
         si = self.config.starvation_interval
         if si > 0 and self._dispatches % si == si - 1:
             stamp = self._stamp
@@ -372,11 +384,16 @@ class Scheduler:
         self._since_rekey = 0
         self.population.refresh(self.groups)
         self._heap = []
+        self._explore = []
         order = self._order
         for r, ph in enumerate(self.phase):
             if ph is _QUEUED and not self.is_probe[r]:
-                self._heap.append((order(self, r), r, self._version[r]))
+                key = order(self, r)
+                self._heap.append((key, r, self._version[r]))
+                if self._explore_on and self.generated[r] == 0:
+                    self._explore.append((-key, r, self._version[r]))
         heapq.heapify(self._heap)
+        heapq.heapify(self._explore)
 
     # ------------------------------------------------------------------ views
     def _lookup(self, request_id: str) -> int:

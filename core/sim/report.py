@@ -26,6 +26,7 @@ _SPEC_FIELDS = (
     "instances",
     "length_sigma",
     "within_sigma",
+    "outlier_frac",
 )
 
 

@@ -17,14 +17,20 @@ SMALL = ["--groups", "16", "--group-size", "4", "--mean-tokens", "2000", "--max-
 
 def test_json_contract() -> None:
     res = runner.invoke(cli, ["simulate", "--workload", "qwen2-vl", *SMALL, "--length-sigma",
-                              "0.5", "--within-sigma", "0.2", "--seed", "3", "--json"])  # fmt: skip
+                              "0.5", "--within-sigma", "0.2", "--outlier-frac", "0.05",
+                              "--seed", "3", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert set(data) == {"workload", "policies"}
     w = data["workload"]
     assert (w["groups"], w["group_size"], w["mean_tokens"], w["max_tokens"], w["instances"]) == (
         16, 4, 2000, 8192, 2)  # fmt: skip
-    assert (w["length_sigma"], w["within_sigma"], w["seed"]) == (0.5, 0.2, 3)
+    assert (w["length_sigma"], w["within_sigma"], w["outlier_frac"], w["seed"]) == (
+        0.5,
+        0.2,
+        0.05,
+        3,
+    )
     assert list(data["policies"]) == ["verl", "divided", "context", "seer", "oracle"]
     for fig in data["policies"].values():
         assert set(fig) == {"throughput_tok_s", "makespan_s", "tail_s", "lower_bound_s",

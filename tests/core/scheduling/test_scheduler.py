@@ -308,3 +308,16 @@ def test_dispatch_bench_keeps_the_backlog() -> None:
 
     b = bench_dispatch("context", queued=2_000, decisions=2_000)
     assert b.decisions >= 2_000 and b.queued_min >= 1_900 and b.per_second > 0
+
+
+def test_explore_interval_starts_the_shortest_looking_unstarted_request() -> None:
+    cfg = SchedulerConfig(chunk_tokens=10, ordering="context", probes=False, explore_interval=2)
+    s = Scheduler(cfg, [ReplicaSpec("a", 100_000, 2)])
+    prior = {"p-short": [20, 20], "p-long": [900, 900]}
+    s.prior = DictLengthPrior(prior)
+    s.submit([
+        GroupSpec("long", ("l0", "l1"), 1000, 10, prompt_key="p-long"),
+        GroupSpec("short", ("s0", "s1"), 1000, 10, prompt_key="p-short"),
+    ])  # fmt: skip
+    # first dispatch by the ordering (long first), second by exploration (short first)
+    assert [d.request_id for d in s.schedule()] == ["l0", "s0"]
