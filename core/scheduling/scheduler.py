@@ -6,8 +6,9 @@ chunk budget) is counted on that replica until the chunk is reported back; in di
 chunk is dispatched only where the reservation fits, so the scheduler never causes preemption.
 A chunk continues the request where the previous one stopped; the request is re-queued after
 each chunk until EOS or its own max_tokens. Dispatch order: probes first (smallest generated
-first), then every ``starvation_interval``-th slot to the longest-waiting request, otherwise the
-ordering policy's smallest key.
+first), then every ``explore_interval``-th slot to the shortest-looking unstarted request, every
+``starvation_interval``-th slot to the longest-waiting request, otherwise the ordering policy's
+smallest key.
 
 Driving it (the caller owns time and engines):
 ``submit(groups)`` -> ``schedule()`` -> run each ``ChunkDecision`` -> ``complete(...)`` ->
@@ -110,13 +111,15 @@ class Scheduler:
         ``oracle`` ordering and ignored otherwise."""
         need_oracle = self.config.ordering in ("oracle", "oracle-group") and self.config.divided
         seen: set[str] = set()
+        seen_r: set[str] = set()
         for spec in groups:
             if spec.group_id in seen or spec.group_id in self._group_set:
                 raise ValueError(f"group {spec.group_id!r} submitted twice")
             seen.add(spec.group_id)
             for rid in spec.request_ids:
-                if rid in self._index:
+                if rid in self._index or rid in seen_r:
                     raise ValueError(f"request {rid!r} submitted twice")
+                seen_r.add(rid)
                 if need_oracle and (oracle_lengths is None or rid not in oracle_lengths):
                     raise ValueError(
                         f"ordering {self.config.ordering!r} needs the true length of {rid!r}"

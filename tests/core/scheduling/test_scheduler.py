@@ -223,6 +223,9 @@ def test_errors_name_offending_values() -> None:
     s.submit(groups(1, 2))
     with pytest.raises(ValueError, match="'g0' submitted twice"):
         s.submit(groups(1, 2))
+    with pytest.raises(ValueError, match="request 'x' submitted twice"):
+        s.submit([GroupSpec("h1", ("x",), 10, 1), GroupSpec("h2", ("x",), 10, 1)])
+    assert s.num_queued == 2  # nothing of the rejected call was queued
     with pytest.raises(ValueError, match="unknown request 'nope'"):
         s.complete("nope", 1, FinishReason.STOP)
     with pytest.raises(ValueError, match="no chunk in flight"):

@@ -108,3 +108,16 @@ def test_context_prior_uses_an_earlier_iteration_of_the_same_prompts() -> None:
 def test_oracle_group_policy_runs() -> None:
     r = simulate(small(), COST, "oracle-group")
     assert r.preemptions == 0 and r.makespan_s > 0
+
+
+def test_reusing_draft_lengths_between_policy_runs_is_close_to_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import core.sim.instance as instance
+
+    w = small(groups=32)
+    approx = simulate(w, COST, "seer")
+    monkeypatch.setattr(instance, "_REDRAFT", 0.0)
+    monkeypatch.setattr(instance, "_REDRAFT_EVERY", 0)
+    exact = simulate(w, COST, "seer")
+    assert approx.makespan_s == pytest.approx(exact.makespan_s, rel=0.03)
