@@ -48,7 +48,8 @@ def report_table(file: str, report: ReplayReport) -> str:
     width = max(len(label) for label in report.table) + 2
     lines = [
         f"{file}  protocol={report.protocol}  min_token_prob={report.scoring.min_token_prob}"
-        f"  backoff={report.scoring.backoff}  smoothing={report.scoring.smoothing}",
+        f"  backoff={report.scoring.backoff}  smoothing={report.scoring.smoothing}"
+        f"  own_weight={report.scoring.own_weight}",
         "acceptance length (output tokens / steps) | draft tokens per step",
         "method".ljust(width) + "".join(f"k={k}".rjust(18) for k in ks),
     ]
@@ -102,6 +103,13 @@ def replay(
     smoothing: Annotated[
         float, typer.Option(help="Witten-Bell escape weight per distinct continuation")
     ] = DEFAULT_SCORING.smoothing,
+    own_weight: Annotated[
+        float,
+        typer.Option(
+            help="grouped methods: weight of the request's own-text automaton in the ranking "
+            "(0 = group automaton only)"
+        ),
+    ] = DEFAULT_SCORING.own_weight,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Replay drafting methods on recorded group rollouts and print acceptance lengths.
@@ -116,7 +124,10 @@ def replay(
         raise typer.BadParameter(f"--protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
     try:
         scoring = SpeculationParams(
-            min_token_prob=min_token_prob, backoff=backoff, smoothing=smoothing
+            min_token_prob=min_token_prob,
+            backoff=backoff,
+            smoothing=smoothing,
+            own_weight=own_weight,
         )
         groups = load_groups(file)
         report = run_replay(groups, names, ks, protocol, scoring)

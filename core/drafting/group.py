@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from core.drafting.automaton import ROOT, SuffixAutomaton
 from core.drafting.draft import Draft
+from core.drafting.mixed import speculate_mixed
 from core.drafting.speculate import SpeculationParams, speculate
 
 
@@ -46,9 +47,15 @@ class GroupIndex:
         "_lengths",
         "_log_req",
         "_log_tok",
+        "own_index",
+        "_own",
     )
 
-    def __init__(self, group_id: str, prompt_token_ids: Sequence[int]) -> None:
+    def __init__(
+        self, group_id: str, prompt_token_ids: Sequence[int], own_index: bool = False
+    ) -> None:
+        """``own_index``: also keep one automaton per request over its own text (prompt + its
+        tokens), which drafts with ``own_weight > 0`` need; costs one more append per token."""
         if not group_id:
             raise ValueError("group_id must be a non-empty string")
         self.group_id = group_id
@@ -59,6 +66,12 @@ class GroupIndex:
         self._lengths: dict[str, int] = {}
         self._log_req: list[str] = []
         self._log_tok: list[int] = []
+        self.own_index = own_index
+        # request -> (automaton of its own text, end state); "" = the prompt alone
+        self._own: dict[str, tuple[SuffixAutomaton, int]] = {}
+        if own_index:
+            own = SuffixAutomaton()
+            self._own[""] = (own, own.extend_all(ROOT, self.prompt))
 
     @property
     def version(self) -> int:
@@ -98,6 +111,9 @@ class GroupIndex:
         self._log_tok.extend(tokens)
         self._log_req.extend([request_id] * len(tokens))
         self._ends[request_id] = end
+        if self.own_index:
+            own, own_end = self._own_of(request_id)
+            self._own[request_id] = (own, own.extend_all(own_end, tokens))
         self._lengths[request_id] = self._lengths.get(request_id, 0) + len(tokens)
 
     def add_token(self, request_id: str, token: int) -> None:
@@ -112,10 +128,30 @@ class GroupIndex:
         self._lengths[request_id] += 1
         self._log_tok.append(token)
         self._log_req.append(request_id)
+        if self.own_index:
+            own, own_end = self._own_of(request_id)
+            self._own[request_id] = (own, own.extend(own_end, token))
+
+    def _own_of(self, request_id: str) -> tuple[SuffixAutomaton, int]:
+        """The request's own-text automaton and end state (a fresh prompt-only one if new)."""
+        hit = self._own.get(request_id)
+        if hit is not None:
+            return hit
+        own = SuffixAutomaton()
+        return own, own.extend_all(ROOT, self.prompt)
 
     def speculate(self, request_id: str, params: SpeculationParams) -> Draft:
         """Draft for ``request_id`` (a request with no tokens yet drafts from the prompt)."""
-        return speculate(self._sam, self._ends.get(request_id, self._prompt_end), params)
+        end = self._ends.get(request_id, self._prompt_end)
+        if params.own_weight == 0.0:
+            return speculate(self._sam, end, params)
+        if not self.own_index:
+            raise DraftLifecycleError(
+                f"group {self.group_id!r}: own_weight={params.own_weight} needs an index built "
+                "with own_index=True"
+            )
+        own, own_end = self._own.get(request_id) or self._own[""]
+        return speculate_mixed(self._sam, end, own, own_end, params)
 
     def log_since(self, version: int) -> list[tuple[str, list[int]]]:
         """Appends after ``version`` as runs of (request_id, tokens), in append order."""
@@ -142,11 +178,14 @@ class GroupIndex:
             requests=len(self._ends),
             states=sam.num_states,
             transitions=sam.num_transitions,
-            approx_bytes=sam.approx_bytes() + log_bytes,
+            approx_bytes=sam.approx_bytes()
+            + log_bytes
+            + sum(own.approx_bytes() for own, _ in self._own.values()),
         )
 
     def check(self) -> None:
-        """Integrity check: automaton invariants, and each request's end state is its text."""
+        """Integrity check: automaton invariants, and each request's end state is its text
+        (in the group automaton and, with ``own_index``, in its own automaton)."""
         self._sam.check()
         texts: dict[str, list[int]] = {r: list(self.prompt) for r in self._ends}
         for r, t in zip(self._log_req, self._log_tok, strict=True):
@@ -160,6 +199,13 @@ class GroupIndex:
                 )
             if self._lengths[r] != len(text) - len(self.prompt):
                 raise AssertionError(f"group {self.group_id!r}: request {r!r} length mismatch")
+            if self.own_index:
+                own, own_end = self._own[r]
+                own.check()
+                if own.find(text) != own_end or own.count(ROOT) != len(text):
+                    raise AssertionError(
+                        f"group {self.group_id!r}: request {r!r} own automaton is not its text"
+                    )
         if self._sam.count(0) != len(self.prompt) + self.version:
             raise AssertionError(
                 f"group {self.group_id!r}: root count {self._sam.count(0)} != tokens "

@@ -63,7 +63,7 @@ class SelfSuffixDrafter:
     ) -> None:
         self._sams = [SuffixAutomaton() for _ in range(num_requests)]
         self._ends = [s.extend_all(ROOT, prompt) for s in self._sams]
-        self._template = replace(template, width=1)
+        self._template = replace(template, width=1, own_weight=0.0)  # its own text only
 
     def append(self, request: int, token: int) -> None:
         self._ends[request] = self._sams[request].extend(self._ends[request], token)
@@ -81,7 +81,7 @@ class GroupedDrafter:
     def __init__(
         self, prompt: Sequence[int], num_requests: int, template: SpeculationParams
     ) -> None:
-        self.store = DraftStore()
+        self.store = DraftStore(own_index=template.own_weight > 0)
         self.store.register_group(self.GROUP, prompt)
         self._ids = [f"r{i}" for i in range(num_requests)]
         self._t = template
@@ -100,6 +100,7 @@ class GroupedDrafter:
             min_token_prob=t.min_token_prob,
             backoff=t.backoff,
             smoothing=t.smoothing,
+            own_weight=t.own_weight,
         )
 
 

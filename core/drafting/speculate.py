@@ -42,6 +42,9 @@ class SpeculationParams:
     # acceptance length over 1 on the recorded rollouts for ~30% more draft time
     backoff: int = 1
     smoothing: float = 1.0  # Witten-Bell escape weight per distinct continuation, in (0, 100]
+    # weight of the request's own-text automaton mixed into the ranking, in [0, 1]; 0 = the
+    # group automaton alone (needs an index built with own_index=True when > 0; mixed.py)
+    own_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_tokens <= MAX_DRAFT_TOKENS:
@@ -56,6 +59,8 @@ class SpeculationParams:
             raise ValueError(f"backoff must be in [0, {MAX_BACKOFF}], got {self.backoff}")
         if not (0.0 < self.smoothing <= 100.0) or math.isnan(self.smoothing):
             raise ValueError(f"smoothing must be in (0, 100], got {self.smoothing}")
+        if not (0.0 <= self.own_weight <= 1.0) or math.isnan(self.own_weight):
+            raise ValueError(f"own_weight must be in [0, 1], got {self.own_weight}")
 
 
 def match_state(sam: SuffixAutomaton, end_state: int) -> int:
@@ -76,15 +81,16 @@ def _counts_only(sam: SuffixAutomaton, state: int, width: int) -> list[tuple[flo
     return [(c / total, t, kids[t]) for c, t in top]
 
 
-def _blended(
-    sam: SuffixAutomaton, state: int, width: int, backoff: int, smoothing: float
-) -> list[tuple[float, int, int]]:
-    """Top-``width`` candidates by Witten-Bell blending over ``state`` and shorter contexts.
+def blend(
+    sam: SuffixAutomaton, state: int, backoff: int, smoothing: float
+) -> tuple[dict[int, float], dict[int, int]]:
+    """Candidate probabilities by Witten-Bell blending over ``state`` and shorter contexts.
 
     Level j (j=0 is ``state``) gets the mass the deeper levels escaped, times
     lambda_j = N_j / (N_j + smoothing * T_j) (N: continuation count, T: distinct tokens); the
-    last level keeps all the rest. A candidate's next state is the one of its deepest level.
-    A wide shorter context only re-weights the candidates deeper levels proposed.
+    last level keeps all the rest (``backoff=0``: plain counts at ``state``). Returns
+    token -> probability and token -> next state (that of the token's deepest level). A wide
+    shorter context only re-weights the deeper candidates and adds its top few.
     """
     cnt = sam.counts
     nxt = sam.transitions
@@ -130,6 +136,14 @@ def _blended(
         if level == ROOT:
             break
         level = link[level]
+    return probs, states
+
+
+def _blended(
+    sam: SuffixAutomaton, state: int, width: int, backoff: int, smoothing: float
+) -> list[tuple[float, int, int]]:
+    """Top-``width`` (probability, token, next state) by ``blend``."""
+    probs, states = blend(sam, state, backoff, smoothing)
     if not probs:
         return []
     if width == 1:

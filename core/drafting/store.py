@@ -51,7 +51,10 @@ class GroupDelta(BaseModel):
 class DraftStore:
     """Group indexes by id, with the register / add / speculate / release lifecycle."""
 
-    def __init__(self) -> None:
+    def __init__(self, own_index: bool = False) -> None:
+        """``own_index``: every group also keeps per-request own-text automata (needed by
+        drafts with ``own_weight > 0``; one more append per token)."""
+        self.own_index = own_index
         self._groups: dict[str, GroupIndex] = {}
 
     def __contains__(self, group_id: object) -> bool:
@@ -73,7 +76,7 @@ class DraftStore:
             raise DraftLifecycleError(f"group {group_id!r} is already registered")
         if not prompt_token_ids:
             raise ValueError(f"group {group_id!r}: prompt_token_ids is empty")
-        self._groups[group_id] = GroupIndex(group_id, prompt_token_ids)
+        self._groups[group_id] = GroupIndex(group_id, prompt_token_ids, self.own_index)
 
     def add_tokens(self, group_id: str, request_id: str, token_ids: Iterable[int]) -> None:
         self.group(group_id).add_tokens(request_id, token_ids)
@@ -87,10 +90,12 @@ class DraftStore:
         min_token_prob: float = 0.05,
         backoff: int = 1,
         smoothing: float = 1.0,
+        own_weight: float = 0.0,
     ) -> Draft:
         """Draft for a request: up to ``max_tokens`` nodes, ``width`` branches per node.
 
-        ``backoff``/``smoothing``: see ``SpeculationParams`` (0 = SuffixDecoding scoring).
+        ``backoff``/``smoothing``/``own_weight``: see ``SpeculationParams`` (backoff 0 =
+        SuffixDecoding scoring; own_weight > 0 needs a store built with ``own_index=True``).
         """
         params = SpeculationParams(
             max_tokens=max_tokens,
@@ -98,6 +103,7 @@ class DraftStore:
             min_token_prob=min_token_prob,
             backoff=backoff,
             smoothing=smoothing,
+            own_weight=own_weight,
         )
         return self.group(group_id).speculate(request_id, params)
 
@@ -108,6 +114,7 @@ class DraftStore:
         min_token_prob: float = 0.05,
         backoff: int = 1,
         smoothing: float = 1.0,
+        own_weight: float = 0.0,
     ) -> list[Draft]:
         """The paper's ``batch_speculate``: one draft per (group_id, request_id, max_tokens).
 
@@ -116,7 +123,7 @@ class DraftStore:
         for group_id, _, _ in requests:
             self.group(group_id)
         return [
-            self.speculate(g, r, k, width, min_token_prob, backoff, smoothing)
+            self.speculate(g, r, k, width, min_token_prob, backoff, smoothing, own_weight)
             for g, r, k in requests
         ]
 

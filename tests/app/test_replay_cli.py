@@ -120,3 +120,29 @@ def test_real_file_grouped_beats_suffix_self():
     al = {name: m[name]["8"]["acceptance_length"] for name in m}
     assert al["none"] == 1.0
     assert al["grouped-tree4"] > al["grouped"] > al["suffix-self"] > 1.0
+
+
+def test_own_weight_option(tmp_path: Path):
+    p = _tiny(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(
+        _cli(),
+        [
+            "replay",
+            str(p),
+            "--k",
+            "4",
+            "--methods",
+            "grouped",
+            "--own-weight",
+            "0.5",
+            "--protocol",
+            "references",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "own_weight=0.5" in res.output
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("grouped@n=1"))
+    assert "4.000" in line  # the finished twin still predicts everything
+    res = runner.invoke(_cli(), ["replay", str(p), "--own-weight", "2"])
+    assert res.exit_code == 2 and "own_weight must be in [0, 1], got 2.0" in res.output
