@@ -84,39 +84,56 @@ def paper_model(multi_path: bool = True) -> AcceptanceModel:
 
 
 def replay_model(path: str | Path, group_size: int | None = None) -> AcceptanceModel:
-    """Fit from ``seer replay --json``: the ``references`` protocol's ``grouped@n=0`` and
-    ``grouped@n=N`` rows when present, else lockstep ``suffix-self`` (no siblings) and
-    ``grouped`` (all siblings); at draft budget 8 when measured, else the largest."""
+    """Fit from ``seer replay --json`` at draft budget 8 when measured, else the largest.
+
+    With the ``references`` protocol (labels ``method@n=N``): the best grouped method's rows at
+    n=0 and at the largest n. With ``lockstep``: ``suffix-self`` (no siblings) and the best
+    ``grouped*`` method (all G-1 siblings, multi-path if measured, like the paper's 4 paths).
+    """
     p = Path(path)
     try:
         data = json.loads(p.read_text())
         methods = data["methods"]
+        if not isinstance(methods, dict):
+            raise TypeError("'methods' is not an object")
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{p}: not the JSON of `seer replay --json` ({exc})") from exc
-    refs = sorted(int(label.split("@n=")[1]) for label in methods if label.startswith("grouped@n="))
-    if len(refs) >= 2:
-        none_row, full_row, full_refs = (
-            methods["grouped@n=0"],
-            methods[f"grouped@n={refs[-1]}"],
-            refs[-1],
-        )
-    elif "suffix-self" in methods and "grouped" in methods:
-        none_row, full_row = methods["suffix-self"], methods["grouped"]
+
+    def budget(row: dict[str, dict[str, float]]) -> str:
+        ks = sorted(int(k) for k in row)
+        return str(8 if 8 in ks else ks[-1])
+
+    def length(row: dict[str, dict[str, float]]) -> float:
+        return float(row[budget(row)]["acceptance_length"])
+
+    refs: dict[str, dict[int, dict[str, dict[str, float]]]] = {}
+    for label, row in methods.items():
+        name, sep, n = label.partition("@n=")
+        if sep and name.startswith("grouped"):
+            refs.setdefault(name, {})[int(n)] = row
+    usable = {m: rows for m, rows in refs.items() if 0 in rows and len(rows) >= 2}
+    grouped = [m for m in methods if m.startswith("grouped") and "@n=" not in m]
+    if usable:
+        best = max(usable, key=lambda m: length(usable[m][max(usable[m])]))
+        full_refs = max(usable[best])
+        none_row, full_row = usable[best][0], usable[best][full_refs]
+    elif "suffix-self" in methods and grouped:
+        best = max(grouped, key=lambda m: length(methods[m]))
+        none_row, full_row = methods["suffix-self"], methods[best]
         full_refs = (group_size or 16) - 1
     else:
         raise ValueError(
             f"{p}: needs rows grouped@n=0 and grouped@n=N, or suffix-self and grouped; "
             f"has {sorted(methods)}"
         )
-    ks = sorted(int(k) for k in full_row)
-    k = 8 if 8 in ks else ks[-1]
+    k = int(budget(full_row))
 
     def fit(row: dict[str, dict[str, float]]) -> float:
         return solve_alpha(float(row[str(k)]["acceptance_length"]), k)
 
     a0, a1 = fit(none_row), fit(full_row)
     return AcceptanceModel(
-        source=f"replay:{p.name}", alpha_none=min(a0, a1), alpha_full=a1,
+        source=f"replay:{p.name}:{best}", alpha_none=min(a0, a1), alpha_full=a1,
         full_refs=max(full_refs, 1),
     )  # fmt: skip
 

@@ -194,7 +194,8 @@ def resample_same_prompts(work: Workload, seed: int) -> Workload:
 
 
 def load_recorded(path: str | Path, instances: int = 1, max_tokens: int | None = None) -> Workload:
-    """Replay the lengths of recorded rollouts (``../shared/data/rollouts/*.jsonl.gz``)."""
+    """Replay the lengths of recorded rollouts (``../shared/data/rollouts/*.jsonl.gz``); the
+    spec's sigmas are the recorded ones (std-dev of group mean log length, pooled within)."""
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
     lengths: list[list[int]] = []
@@ -219,6 +220,9 @@ def load_recorded(path: str | Path, instances: int = 1, max_tokens: int | None =
         raise ValueError(f"{p}: groups of different sizes {sorted(sizes)}")
     cap = max_tokens or cap
     flat = [x for g in lengths for x in g]
+    logs = np.log(np.asarray([[min(x, cap) for x in g] for g in lengths], dtype=float))
+    between = float(logs.mean(axis=1).std()) if len(lengths) > 1 else 0.0
+    within = float(np.sqrt(logs.var(axis=1, ddof=1).mean())) if logs.shape[1] > 1 else 0.0
     spec = WorkloadSpec(
         name=f"replay:{p.name}",
         groups=len(lengths),
@@ -226,6 +230,9 @@ def load_recorded(path: str | Path, instances: int = 1, max_tokens: int | None =
         mean_tokens=min(sum(flat) / len(flat), cap - 0.5),
         max_tokens=cap,
         instances=instances,
+        length_sigma=min(between, 5.0),
+        within_sigma=min(within, 5.0),
+        outlier_frac=0.0,
         prompt_tokens=round(sum(prompts) / len(prompts)),
     )
     return Workload(spec=spec, lengths=[[min(x, cap) for x in g] for g in lengths],

@@ -121,8 +121,13 @@ def test_replay_acceptance_fit(tmp_path: Path) -> None:
     }
     path.write_text(json.dumps({"file": "x", "protocol": "lockstep", "methods": rows}))
     m = replay_model(path, group_size=16)
+    assert m.source == "replay:r.json:grouped"
     assert tokens_per_step(m.alpha(0), 8) == pytest.approx(1.2, abs=1e-6)
     assert tokens_per_step(m.alpha(15), 8) == pytest.approx(1.5, abs=1e-6)
+    rows["grouped-tree4"] = {"4": {"acceptance_length": 1.9}, "8": {"acceptance_length": 1.7}}
+    path.write_text(json.dumps({"methods": rows}))
+    m = replay_model(path, group_size=16)  # the best grouped method, at budget 8
+    assert tokens_per_step(m.alpha(15), 8) == pytest.approx(1.7, abs=1e-6)
     refs = {"grouped@n=0": rows["suffix-self"], "grouped@n=7": rows["grouped"]}
     path.write_text(json.dumps({"methods": refs}))
     assert replay_model(path).full_refs == 7
@@ -146,6 +151,7 @@ def test_load_recorded(tmp_path: Path) -> None:
     assert w.lengths[2] == [12, 13, 14, 15]
     assert (w.spec.groups, w.spec.group_size, w.spec.max_tokens, w.spec.instances) == (3, 4, 64, 2)
     assert w.prompt_tokens == [7, 7, 7]
+    assert w.spec.within_sigma > 0 and w.spec.length_sigma > 0 and w.spec.outlier_frac == 0
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"samples": 3}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1: not a recorded group"):
@@ -158,3 +164,5 @@ def test_load_shared_recorded_rollouts() -> None:
     assert (w.spec.groups, w.spec.group_size, w.spec.max_tokens) == (16, 16, 512)
     assert w.total_tokens == 77677
     assert math.isclose(w.spec.mean_tokens, 77677 / 256)
+    # the README's ICC of 0.19: siblings vary more than groups do
+    assert w.spec.within_sigma > w.spec.length_sigma
