@@ -49,8 +49,13 @@ def test_every_policy_completes_all_tokens(policy: str) -> None:
 def test_verl_preempts_when_kv_is_short_and_divided_never_does() -> None:
     tight = dataclasses.replace(COST, mem_util=0.32)  # ~55k KV tokens per instance
     w = small(instances=1, groups=12)
-    assert simulate(w, tight, "verl").preemptions > 0
-    assert simulate(w, tight, "divided").preemptions == 0
+    verl = simulate(w, tight, "verl")
+    assert verl.preemptions > 0
+    # preempted requests keep their tokens: every token is produced exactly once
+    assert verl.throughput_tok_s * verl.makespan_s == pytest.approx(w.total_tokens, rel=1e-9)
+    divided = simulate(w, tight, "divided")
+    assert divided.preemptions == 0
+    assert divided.throughput_tok_s * divided.makespan_s == pytest.approx(w.total_tokens)
 
 
 def test_seer_speculates_and_beats_context() -> None:
