@@ -47,7 +47,8 @@ def simulate(
         str,
         typer.Option(
             help="comma-separated: verl, divided, context, context-max (paper's literal "
-            "Algorithm 2), seer, oracle"
+            "Algorithm 2), context-prior (lengths from an earlier iteration), seer, oracle, "
+            "oracle-group (knows each group's longest response)"
         ),
     ] = DEFAULT_POLICIES,
     seed: Annotated[int, typer.Option(help="seed of the workload's lengths")] = 0,
