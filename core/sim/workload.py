@@ -62,6 +62,12 @@ class WorkloadSpec:
                 raise ValueError(f"{f}={v} outside [0, 5]")
         if not 0 <= self.outlier_frac <= 1:
             raise ValueError(f"outlier_frac={self.outlier_frac} outside [0, 1]")
+        floor = self.outlier_frac * self.max_tokens + (1 - self.outlier_frac)
+        if self.mean_tokens <= floor:
+            raise ValueError(
+                f"mean_tokens={self.mean_tokens} unreachable: outlier_frac={self.outlier_frac} "
+                f"of responses at max_tokens={self.max_tokens} alone average {floor:.1f}"
+            )
         if self.prompt_tokens < 1:
             raise ValueError(f"prompt_tokens={self.prompt_tokens} < 1")
 

@@ -85,6 +85,8 @@ def test_workload_spec_bounds_and_scaling() -> None:
         WorkloadSpec("t", groups=1, group_size=1, mean_tokens=500, max_tokens=400, instances=1)
     with pytest.raises(ValueError, match="within_sigma=6"):
         WorkloadSpec("t", 1, 1, 5, 10, 1, within_sigma=6)
+    with pytest.raises(ValueError, match="mean_tokens=100 unreachable: outlier_frac=0.5"):
+        WorkloadSpec("t", 1, 1, 100, 2000, 1, outlier_frac=0.5)
     s = PRESETS["qwen2-vl"].spec.scaled(0.125)
     assert (s.groups, s.instances, s.group_size) == (75, 2, 16)
     with pytest.raises(ValueError, match="scale=0"):
