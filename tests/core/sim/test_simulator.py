@@ -22,8 +22,8 @@ def small(instances: int = 2, groups: int = 24, seed: int = 0) -> Workload:
 
 
 def test_one_request_alone_takes_the_cost_model_time() -> None:
-    spec = WorkloadSpec("one", 1, 1, mean_tokens=1, max_tokens=20_000, instances=1,
-                        length_sigma=0, within_sigma=0, outlier_frac=1.0)  # fmt: skip
+    spec = WorkloadSpec("one", 1, 1, mean_tokens=20_000, max_tokens=40_000, instances=1,
+                        length_sigma=0, within_sigma=0, outlier_frac=0.0)  # fmt: skip
     w = generate(spec)
     assert w.lengths == [[20_000]]
     for policy in ("verl", "divided", "oracle"):
