@@ -36,6 +36,7 @@ def plot_activity(report: SimulationReport, path: str | Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     results = report.results
     horizon = max(r.makespan_s for r in results.values())
@@ -45,10 +46,11 @@ def plot_activity(report: SimulationReport, path: str | Path) -> None:
     im = None
     for ax, (name, r) in zip(axes[:, 0], results.items(), strict=True):
         grid = activity_grid(r.trace, horizon)
-        im = ax.imshow(grid, aspect="auto", extent=(0, horizon, len(grid), 0), vmin=0,
+        im = ax.imshow(grid, aspect="auto", extent=(0, horizon, len(grid) - 0.5, -0.5), vmin=0,
                        vmax=vmax, cmap="viridis", interpolation="nearest")  # fmt: skip
         ax.axvline(r.makespan_s, color="red", lw=1)
         ax.set_ylabel("instance")
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_title(f"{name}: makespan {r.makespan_s:.0f} s, tail {r.tail_s:.0f} s", fontsize=9)
     axes[-1, 0].set_xlabel("virtual time (s)")
     if im is not None:
