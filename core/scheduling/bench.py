@@ -73,7 +73,7 @@ def bench_dispatch(
 
 
 def main() -> None:
-    for policy in ("divided", "context", "context-max", "oracle"):
+    for policy in ("divided", "context", "context-hedge", "context-max", "oracle"):
         b = bench_dispatch(policy)
         print(
             f"{policy:12s} {b.per_second:9.0f} decisions/s "

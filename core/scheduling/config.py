@@ -16,8 +16,8 @@ class SchedulerConfig:
     - ``divided``: True = divided rollout (chunks, admission from KV reservations); False =
       the veRL baseline (whole groups round-robin to replicas up front, no chunking, the engine
       admits everything and may preempt).
-    - ``ordering``: name in ``core.scheduling.ordering.ORDERINGS`` (``fifo``, ``context``,
-      ``context-max``, ``oracle``).
+    - ``ordering``: name in ``core.scheduling.ordering.ORDERINGS`` (``fifo``, ``breadth-first``,
+      ``context``, ``context-bf``, ``context-max``, ``oracle``, ``oracle-group``).
     - ``routing``: name in ``core.scheduling.routing.ROUTINGS`` (``least-loaded``,
       ``cache-aware``).
     - ``chunk_tokens`` (1 .. 1,048,576): most new tokens one chunk may generate.
@@ -33,6 +33,9 @@ class SchedulerConfig:
       ``context`` estimate until enough finished siblings are observed.
     - ``hedge_quantile`` (0.5 .. 0.999): ``context`` ranks a request by this quantile of its
       remaining length (0.5 = median); above 0.5 hedges toward long outcomes.
+    - ``promote_fraction`` (0.0 .. 1.0): ``context-bf`` runs a request first (longest first)
+      while its hedged total length is at least this fraction of the cap; otherwise
+      breadth-first (fewest generated tokens first).
     - ``prior_weight`` (0.0 .. 100.0): how many finished siblings one recorded length of the same
       prompt from an earlier iteration counts as.
     - ``rekey_every`` (1 .. 1,000,000): recompute every queued key after this many finished
@@ -49,6 +52,7 @@ class SchedulerConfig:
     explore_interval: int = 0
     within_sigma_prior: float = 0.6
     hedge_quantile: float = 0.75
+    promote_fraction: float = 0.95
     prior_weight: float = 0.5
     rekey_every: int = 256
 
@@ -66,6 +70,7 @@ class SchedulerConfig:
         _bound("explore_interval", self.explore_interval, 0, 1_000_000)
         _bound("within_sigma_prior", self.within_sigma_prior, 0.05, 3.0)
         _bound("hedge_quantile", self.hedge_quantile, 0.01, 0.999)
+        _bound("promote_fraction", self.promote_fraction, 0.0, 1.0)
         _bound("prior_weight", self.prior_weight, 0.0, 100.0)
         _bound("rekey_every", self.rekey_every, 1, 1_000_000)
 

@@ -49,6 +49,28 @@ def context_key(state: OrderingState, r: int) -> float:
     return -(context_remaining(g, state.population, y, state.config.hedge_quantile) + y)
 
 
+def breadth_first_key(state: OrderingState, r: int) -> float:
+    """Least attained service first: the request with the fewest generated tokens (ties by
+    submission order). Every request gets its first chunk before any gets a second, and so on:
+    all requests progress together, so runaway responses are running from the start."""
+    return float(state.generated[r])
+
+
+def context_bf_key(state: OrderingState, r: int) -> float:
+    """Ours (the ``context`` policy's order): breadth-first, except that a request whose hedged
+    total length (``context_key``'s estimate) reaches ``promote_fraction`` of the cap goes
+    first, longest first (ties by submission order). In practice the promoted ones are the
+    requests of groups with no finished sibling yet (the estimate starts at the cap) and of
+    groups whose evidence says they run to the cap; everything else progresses together, so
+    no request, a runaway response included, is left unstarted until late."""
+    g = state.groups[state.group_of[r]]
+    y = state.generated[r]
+    total = y + context_remaining(g, state.population, y, state.config.hedge_quantile)
+    if total >= state.config.promote_fraction * g.cap:
+        return -total
+    return float(y)
+
+
 def oracle_key(state: OrderingState, r: int) -> float:
     """Longest true remaining length first (needs the true lengths; a yardstick, not a policy
     a real service can run)."""
@@ -71,13 +93,15 @@ ORDERINGS: dict[str, OrderingFn] = {
     "fifo": fifo_key,
     "context": context_key,
     "context-max": context_max_key,
+    "context-bf": context_bf_key,
+    "breadth-first": breadth_first_key,
     "oracle": oracle_key,
     "oracle-group": oracle_group_key,
 }
 
 
 #: Orderings whose keys never depend on sibling evidence (no re-keying when a sibling reports).
-STATIC_ORDERINGS = frozenset({"fifo", "oracle", "oracle-group"})
+STATIC_ORDERINGS = frozenset({"fifo", "breadth-first", "oracle", "oracle-group"})
 
 
 def get_ordering(name: str) -> OrderingFn:

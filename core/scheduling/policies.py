@@ -45,8 +45,15 @@ def divided(base: SchedulerConfig) -> PolicyPlan:
 
 
 def context(base: SchedulerConfig) -> PolicyPlan:
-    """Divided + context-aware ordering (probes + our hedged remaining-length estimate)."""
-    return _plan("context", base, False, divided=True, ordering="context", probes=True)
+    """Divided + context-aware ordering: probes, then breadth-first with requests the group
+    evidence marks as runaways promoted (ordering ``context-bf``)."""
+    return _plan("context", base, False, divided=True, ordering="context-bf", probes=True)
+
+
+def context_hedge(base: SchedulerConfig) -> PolicyPlan:
+    """Divided + probes + the hedged remaining-length estimate alone (ordering ``context``;
+    the ``context`` policy's order before ``context-bf``)."""
+    return _plan("context-hedge", base, False, divided=True, ordering="context", probes=True)
 
 
 def context_max(base: SchedulerConfig) -> PolicyPlan:
@@ -63,7 +70,7 @@ def context_prior(base: SchedulerConfig) -> PolicyPlan:
 
 def seer(base: SchedulerConfig) -> PolicyPlan:
     """All three techniques: ``context`` + adaptive grouped speculative decoding."""
-    return _plan("seer", base, True, divided=True, ordering="context", probes=True)
+    return _plan("seer", base, True, divided=True, ordering="context-bf", probes=True)
 
 
 def oracle(base: SchedulerConfig) -> PolicyPlan:
@@ -82,6 +89,7 @@ POLICIES: dict[str, PolicyFn] = {
     "divided": divided,
     "context": context,
     "context-max": context_max,
+    "context-hedge": context_hedge,
     "context-prior": context_prior,
     "seer": seer,
     "oracle": oracle,

@@ -1,0 +1,74 @@
+"""Breadth-first orderings: ``breadth-first`` and ``context-bf`` (the ``context`` policy's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.engine.types import FinishReason
+from core.scheduling import GroupSpec, ReplicaSpec, Scheduler, SchedulerConfig, get_policy
+
+
+def groups(n: int, g: int, max_tokens: int = 10_000) -> list[GroupSpec]:
+    return [
+        GroupSpec(f"g{i}", tuple(f"g{i}-{k}" for k in range(g)), max_tokens, 10) for i in range(n)
+    ]
+
+
+def test_breadth_first_gives_every_request_a_chunk_before_any_gets_a_second() -> None:
+    cfg = SchedulerConfig(chunk_tokens=10, ordering="breadth-first", probes=False)
+    s = Scheduler(cfg, [ReplicaSpec("a", 100_000, 2)])
+    s.submit(groups(2, 2))
+    seen: list[tuple[str, int]] = []
+    for _ in range(4):
+        for d in s.schedule():
+            seen.append((d.request_id, d.generated))
+            s.complete(d.request_id, 10, FinishReason.CHUNK)
+    assert [gen for _, gen in seen] == [0, 0, 0, 0, 10, 10, 10, 10]
+    assert [rid for rid, _ in seen[:4]] == ["g0-0", "g0-1", "g1-0", "g1-1"]  # submission order
+
+
+def test_context_bf_runs_unknown_groups_first_then_breadth_first() -> None:
+    cfg = SchedulerConfig(chunk_tokens=100, ordering="context-bf", probes=False)
+    s = Scheduler(cfg, [ReplicaSpec("a", 1_000_000, 2)])
+    s.submit(groups(2, 2, max_tokens=10_000))
+    assert [d.request_id for d in s.schedule()] == ["g0-0", "g0-1"]
+    s.complete("g0-0", 20, FinishReason.STOP)  # g0 now looks short
+    s.complete("g0-1", 100, FinishReason.CHUNK)
+    # g1 has no finished sibling: its estimate is the cap (paper's start), so it goes first
+    assert [d.request_id for d in s.schedule()] == ["g1-0", "g1-1"]
+    s.complete("g1-0", 30, FinishReason.STOP)
+    s.complete("g1-1", 100, FinishReason.CHUNK)
+    # both groups have evidence now: fewest generated first, ties by submission order
+    assert [d.request_id for d in s.schedule()] == ["g0-1", "g1-1"]
+
+
+def test_context_bf_promotes_requests_of_a_group_that_runs_to_the_cap() -> None:
+    cfg = SchedulerConfig(chunk_tokens=100, ordering="context-bf", probes=False)
+    s = Scheduler(cfg, [ReplicaSpec("a", 1_000_000, 4)])
+    s.submit(groups(2, 2, max_tokens=10_000))
+    assert len(s.schedule()) == 4
+    s.complete("g0-0", 20, FinishReason.STOP)  # g0 short
+    s.complete("g1-0", 100, FinishReason.STOP)  # g1 longer, but far below the cap
+    s.complete("g0-1", 100, FinishReason.CHUNK)
+    s.complete("g1-1", 100, FinishReason.CHUNK)
+    assert [d.request_id for d in s.schedule()] == ["g0-1", "g1-1"]  # breadth-first
+    big = SchedulerConfig(chunk_tokens=10_000, ordering="context-bf", probes=False)
+    s2 = Scheduler(big, [ReplicaSpec("a", 1_000_000, 4)])
+    s2.submit(groups(2, 2, max_tokens=10_000))
+    assert len(s2.schedule()) == 4
+    s2.complete("g0-0", 20, FinishReason.STOP)
+    s2.complete("g1-0", 9_990, FinishReason.STOP)  # g1 runs to the cap
+    s2.complete("g0-1", 100, FinishReason.ABORT)  # re-queued with 100 tokens each
+    s2.complete("g1-1", 100, FinishReason.ABORT)
+    assert [d.request_id for d in s2.schedule()] == ["g1-1", "g0-1"]  # promoted
+
+
+def test_policies_use_context_bf_and_keep_algorithm_2_and_the_hedged_estimate() -> None:
+    assert get_policy("context").config.ordering == "context-bf"
+    assert get_policy("seer").config.ordering == "context-bf"
+    assert get_policy("context-max").config.ordering == "context-max"
+    assert get_policy("context-hedge").config.ordering == "context"
+    with pytest.raises(ValueError, match="breadth-first"):
+        SchedulerConfig(ordering="nope")
+    with pytest.raises(ValueError, match="promote_fraction"):
+        SchedulerConfig(promote_fraction=1.5)
