@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from core.scheduling.policies import POLICIES
+
 if TYPE_CHECKING:
     from core.sim.report import SimulationReport
 
@@ -46,9 +48,7 @@ def simulate(
     policies: Annotated[
         str,
         typer.Option(
-            help="comma-separated: verl, divided, context, context-max (paper's literal "
-            "Algorithm 2), context-prior (lengths from an earlier iteration), seer, oracle, "
-            "oracle-group (knows each group's longest response)"
+            help="comma-separated, any of: " + ", ".join(POLICIES) + " (docs/scheduling.md)"
         ),
     ] = DEFAULT_POLICIES,
     seed: Annotated[int, typer.Option(help="seed of the workload's lengths")] = 0,
