@@ -24,6 +24,9 @@ class RolloutRequest(BaseModel):
     chat_template: bool = Field(
         True, description="wrap text prompts as one user turn of the model's chat template"
     )
+    policy: str | None = Field(
+        None, description="scheduling policy for this rollout (default: the app's policy)"
+    )
 
 
 class Response(BaseModel):
@@ -47,6 +50,7 @@ class RolloutStats(BaseModel):
     output_tokens: int
     tokens_per_s: float
     requests: int
+    chunks: int
 
 
 class RolloutResponse(BaseModel):

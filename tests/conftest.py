@@ -90,6 +90,7 @@ def serve_url(tiny_model: Path) -> Iterator[str]:
             {
                 "num_replicas": 2,
                 "replica_num_cpus": 0.5,
+                "chunk_tokens": 8,  # divided policies split every response into many chunks
                 "engine": {
                     "backend": "vllm",
                     "model": str(tiny_model),

@@ -25,18 +25,23 @@ def demo(
     group_size: Annotated[int, typer.Option(min=1, max=256)] = 4,
     max_tokens: Annotated[int, typer.Option(min=1)] = 64,
     temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
+    policy: Annotated[
+        str | None, typer.Option(help="scheduling policy (default: the service's own)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the stats as JSON")] = False,
 ) -> None:
     """Send PROMPTS prompts x GROUP_SIZE responses x MAX_TOKENS to POST /v1/rollouts and print
     throughput, lengths and one sample."""
     import httpx
 
-    body = {
+    body: dict[str, object] = {
         "prompts": DEMO_PROMPTS[:prompts],
         "group_size": group_size,
         "max_tokens": max_tokens,
         "sampling": {"temperature": temperature},
     }
+    if policy is not None:
+        body["policy"] = policy
     try:
         r = httpx.post(f"{url.rstrip('/')}/v1/rollouts", json=body, timeout=3600)
     except httpx.HTTPError as exc:

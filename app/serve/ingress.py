@@ -1,7 +1,9 @@
-"""HTTP ingress: validate a rollout, dispatch its groups by policy, gather G responses per group.
+"""HTTP ingress: validate a rollout, schedule its groups by policy, gather G responses per group.
 
 Invariant: a rollout either returns every group with exactly ``group_size`` finished responses,
-or fails as a whole with an HTTP error, after aborting every chunk it still had running.
+or fails as a whole with an HTTP error, after aborting every chunk it still had running. Each
+rollout gets its own ``core`` Scheduler (the same class the simulator drives); ``verl`` hands
+whole groups round-robin to replicas, the divided policies send chunks routed by load.
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from fastapi import FastAPI, HTTPException
 from ray import serve
 
 from app.api import GroupResult, Response, RolloutRequest, RolloutResponse, RolloutStats
-from app.config import AppConfig
+from app.config import SERVICE_POLICIES, AppConfig
+from app.serve.dispatcher import RequestRun, run_scheduled
 from core.engine import ChunkRequest, ChunkResult
-from core.scheduling.verl import verl_assign
+from core.scheduling.config import SchedulerConfig
+from core.scheduling.policies import get_policy
+from core.scheduling.scheduler import Scheduler
+from core.scheduling.types import GroupSpec, ReplicaSpec
 
 api = FastAPI(title="Seer rollout service", version="0.1.0")
 
@@ -32,8 +38,8 @@ class Ingress:
     def __init__(self, config: AppConfig, engines: list[Any]) -> None:
         self.config = config
         self.engines = engines
-        self._next_replica = 0
         self._limits: tuple[int, int] | None = None
+        self._replica_specs: list[ReplicaSpec] | None = None
 
     async def _model_limits(self) -> tuple[int, int]:
         if self._limits is None:
@@ -90,99 +96,109 @@ class Ingress:
                 )
         return ids
 
+    async def _scheduler(self, policy: str) -> Scheduler:
+        """A fresh scheduler for one rollout, sized from the replicas' engine capacity."""
+        if self._replica_specs is None:
+            loads = await asyncio.gather(*(e.load.remote() for e in self.engines))
+            eng = self.config.engine
+            self._replica_specs = [
+                ReplicaSpec(
+                    replica_id=ld.replica_id,
+                    # engines without a KV report (fake) get what their sequences could fill
+                    kv_capacity_tokens=ld.kv_capacity_tokens
+                    or eng.max_model_len * eng.max_num_seqs,
+                    max_running=eng.max_num_seqs,
+                )
+                for ld in loads
+            ]
+        plan = get_policy(policy, SchedulerConfig(chunk_tokens=self.config.chunk_tokens))
+        return Scheduler(plan.config, self._replica_specs)
+
     @api.post("/v1/rollouts", response_model=RolloutResponse)
     async def rollouts(self, req: RolloutRequest) -> RolloutResponse:
         t0 = time.perf_counter()
+        policy = req.policy or self.config.policy
+        if policy not in SERVICE_POLICIES:
+            raise _unprocessable(
+                ["policy"], f"unknown policy {policy!r}; valid: {', '.join(SERVICE_POLICIES)}"
+            )
         prompts = await self._prompt_ids(req)
         rid = uuid.uuid4().hex[:12]
-        group_ids = [f"{rid}-g{i}" for i in range(len(prompts))]
-        assignments = verl_assign(group_ids, len(self.engines), start=self._next_replica)
-        self._next_replica = (self._next_replica + len(group_ids)) % len(self.engines)
+        groups: list[GroupSpec] = []
+        runs: dict[str, RequestRun] = {}
         seed = req.sampling.seed
-        chunks: list[tuple[int, ChunkRequest]] = []
-        for gi, a in enumerate(assignments):
-            for j in range(req.group_size):
-                sampling = (
-                    req.sampling
-                    if seed is None
-                    else req.sampling.model_copy(
-                        update={"seed": seed + 1_000_003 * (gi * req.group_size + j)}
+        for gi, prompt in enumerate(prompts):
+            gid = f"{rid}-g{gi}"
+            ids = tuple(f"{gid}-r{j}" for j in range(req.group_size))
+            groups.append(GroupSpec(gid, ids, req.max_tokens, len(prompt)))
+            for j, request_id in enumerate(ids):
+                sampling = req.sampling
+                if seed is not None:  # each response its own seed, reproducibly
+                    k = gi * req.group_size + j
+                    sampling = sampling.model_copy(update={"seed": seed + 1_000_003 * k})
+                runs[request_id] = RequestRun(gid, prompt, req.max_tokens, sampling, req.logprobs)
+        scheduler = await self._scheduler(policy)
+        await self._run(scheduler, groups, runs)
+        ordered = [runs[r] for g in groups for r in g.request_ids]
+        texts = await self.engines[0].decode_batch.remote([r.tokens for r in ordered])
+        out_groups = []
+        for gi, g in enumerate(groups):
+            responses = []
+            for j, request_id in enumerate(g.request_ids):
+                run = runs[request_id]
+                assert run.finish is not None  # the scheduler is done: every request finished
+                responses.append(
+                    Response(
+                        index=j,
+                        token_ids=run.tokens,
+                        text=texts[gi * req.group_size + j],
+                        logprobs=run.token_logprobs if req.logprobs else None,
+                        finish_reason=run.finish.value,
+                        length=len(run.tokens),
                     )
                 )
-                chunks.append(
-                    (
-                        a.replica,
-                        ChunkRequest(
-                            request_id=f"{a.group_id}-r{j}",
-                            group_id=a.group_id,
-                            prompt_token_ids=prompts[gi],
-                            max_new_tokens=req.max_tokens,
-                            max_tokens=req.max_tokens,
-                            sampling=sampling,
-                            logprobs=req.logprobs,
-                        ),
-                    )
-                )
-        results = await self._run_all(chunks)
-        texts = await self.engines[0].decode_batch.remote([r.token_ids for r in results])
-        groups = []
-        for gi, gid in enumerate(group_ids):
-            base = gi * req.group_size
-            groups.append(
+            out_groups.append(
                 GroupResult(
-                    group_id=gid,
+                    group_id=g.group_id,
                     prompt_index=gi,
                     prompt_token_ids=prompts[gi],
-                    responses=[
-                        Response(
-                            index=j,
-                            token_ids=results[base + j].token_ids,
-                            text=texts[base + j],
-                            logprobs=results[base + j].logprobs,
-                            finish_reason=results[base + j].finish_reason.value,
-                            length=len(results[base + j].token_ids),
-                        )
-                        for j in range(req.group_size)
-                    ],
+                    responses=responses,
                 )
             )
         elapsed = time.perf_counter() - t0
-        out_tokens = sum(len(r.token_ids) for r in results)
+        out_tokens = sum(len(r.tokens) for r in ordered)
         return RolloutResponse(
             id=rid,
             model=self.config.engine.model,
-            policy=self.config.policy,
-            groups=groups,
+            policy=policy,
+            groups=out_groups,
             stats=RolloutStats(
                 elapsed_s=elapsed,
                 output_tokens=out_tokens,
                 tokens_per_s=out_tokens / max(elapsed, 1e-9),
-                requests=len(results),
+                requests=len(ordered),
+                chunks=sum(r.chunks for r in ordered),
             ),
         )
 
-    async def _run_all(self, chunks: list[tuple[int, ChunkRequest]]) -> list[ChunkResult]:
-        """Run every chunk; on any failure or timeout abort the rest and fail the rollout."""
-        tasks = [asyncio.ensure_future(self._run_one(r, c)) for r, c in chunks]
-        try:
-            return await asyncio.wait_for(asyncio.gather(*tasks), self.config.request_timeout_s)
-        except BaseException as exc:  # incl. CancelledError when the client disconnects
-            for t in tasks:
-                t.cancel()
-            await asyncio.shield(
-                asyncio.gather(
-                    *(self.engines[r].abort.remote(c.request_id) for r, c in chunks),
-                    return_exceptions=True,
-                )
-            )
-            if not isinstance(exc, Exception):
-                raise
-            if isinstance(exc, TimeoutError):
-                raise HTTPException(
-                    status_code=504,
-                    detail=(f"rollout exceeded request_timeout_s={self.config.request_timeout_s}"),
-                ) from exc
-            raise HTTPException(status_code=503, detail=f"engine replica failed: {exc!r}") from exc
+    async def _run(
+        self, scheduler: Scheduler, groups: list[GroupSpec], runs: dict[str, RequestRun]
+    ) -> None:
+        async def run_chunk(replica: int, chunk: ChunkRequest) -> ChunkResult:
+            return await self.engines[replica].run_chunk.remote(chunk)
 
-    async def _run_one(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
-        return await self.engines[replica].run_chunk.remote(chunk)
+        async def abort(replica: int, request_id: str) -> bool:
+            return await self.engines[replica].abort.remote(request_id)
+
+        try:
+            await asyncio.wait_for(
+                run_scheduled(scheduler, groups, runs, run_chunk, abort),
+                self.config.request_timeout_s,
+            )
+        except TimeoutError as exc:
+            raise HTTPException(
+                status_code=504,
+                detail=f"rollout exceeded request_timeout_s={self.config.request_timeout_s}",
+            ) from exc
+        except Exception as exc:  # an engine replica failed, or the dispatch is stuck
+            raise HTTPException(status_code=503, detail=f"rollout failed: {exc!r}") from exc

@@ -71,6 +71,27 @@ def test_seeded_rollout_is_reproducible(client: httpx.Client) -> None:
     assert a["groups"][0]["responses"][0]["logprobs"] is None
 
 
+@pytest.mark.parametrize("policy", ["divided", "context"])
+def test_divided_policies_match_verl_token_for_token(client: httpx.Client, policy: str) -> None:
+    """Chunks of 8 tokens routed across both replicas give the greedy output of whole requests."""
+    body = {
+        "prompts": ["Tell me a joke.", "Name two rivers.", "Hi"],
+        "group_size": 2,
+        "max_tokens": 30,
+        "sampling": {"temperature": 0.0},
+    }
+    whole = _rollout(client, **body, policy="verl").json()
+    chunked = _rollout(client, **body, policy=policy).json()
+    assert whole["policy"] == "verl" and chunked["policy"] == policy
+    for gw, gc in zip(whole["groups"], chunked["groups"], strict=True):
+        for rw, rc in zip(gw["responses"], gc["responses"], strict=True):
+            assert rc["token_ids"] == rw["token_ids"]
+            assert rc["finish_reason"] == rw["finish_reason"]
+            assert rc["logprobs"] == pytest.approx(rw["logprobs"], abs=1e-3)
+    assert whole["stats"]["chunks"] == 6
+    assert chunked["stats"]["chunks"] >= 6 * 3  # 30 tokens in chunks of 8
+
+
 def test_greedy_is_identical_across_group_and_replicas(client: httpx.Client) -> None:
     out = _rollout(
         client, prompts=["Hi", "Hi"], group_size=2, max_tokens=10, sampling={"temperature": 0.0}
@@ -104,6 +125,16 @@ def test_greedy_is_identical_across_group_and_replicas(client: httpx.Client) -> 
             {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "sampling": {"temp": 1}},
             ["body", "sampling", "temp"],
             "Extra inputs",
+        ),
+        (
+            {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "policy": "fastest"},
+            ["body", "policy"],
+            "valid: verl, divided, context",
+        ),
+        (
+            {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "policy": "oracle"},
+            ["body", "policy"],
+            "unknown policy 'oracle'",
         ),
         (
             {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "n": 3},
@@ -168,11 +199,13 @@ def test_demo_command_against_live_app(serve_url: str) -> None:
             "--max-tokens",
             "8",
             "--json",
+            "--policy",
+            "context",
         ],
     )
     assert result.exit_code == 0, result.output
     stats = json.loads(result.output)
-    assert stats["requests"] == 4 and stats["policy"] == "verl"
+    assert stats["requests"] == 4 and stats["policy"] == "context"
     assert 4 <= stats["output_tokens"] <= 32 and stats["tokens_per_s"] > 0
 
 
