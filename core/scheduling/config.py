@@ -17,7 +17,8 @@ class SchedulerConfig:
       the veRL baseline (whole groups round-robin to replicas up front, no chunking, the engine
       admits everything and may preempt).
     - ``ordering``: name in ``core.scheduling.ordering.ORDERINGS`` (``fifo``, ``breadth-first``,
-      ``context``, ``context-bf``, ``context-max``, ``oracle``, ``oracle-group``).
+      ``context``, ``context-bf``, ``context-max``, ``oracle``, ``oracle-group``,
+      ``oracle-cap``).
     - ``routing``: name in ``core.scheduling.routing.ROUTINGS`` (``least-loaded``,
       ``cache-aware``).
     - ``chunk_tokens`` (1 .. 1,048,576): most new tokens one chunk may generate.

@@ -71,6 +71,21 @@ def context_bf_key(state: OrderingState, r: int) -> float:
     return float(y)
 
 
+def oracle_cap_key(state: OrderingState, r: int) -> float:
+    """``context-bf`` whose promotion knows the truth: exactly the requests whose true length
+    reaches ``promote_fraction`` of the cap go first (longest true remaining first); every other
+    request breadth-first. A yardstick (needs the true lengths): how much of the gap between
+    ``context`` and ``oracle`` is identifying the long responses."""
+    if state.oracle_lengths is None:
+        raise ValueError("ordering 'oracle-cap' needs oracle_lengths (the true output lengths)")
+    cap = state.groups[state.group_of[r]].cap
+    true = state.oracle_lengths[r]
+    y = state.generated[r]
+    if true >= state.config.promote_fraction * cap:
+        return -float(cap + true - y)
+    return float(y)
+
+
 def oracle_key(state: OrderingState, r: int) -> float:
     """Longest true remaining length first (needs the true lengths; a yardstick, not a policy
     a real service can run)."""
@@ -97,11 +112,15 @@ ORDERINGS: dict[str, OrderingFn] = {
     "breadth-first": breadth_first_key,
     "oracle": oracle_key,
     "oracle-group": oracle_group_key,
+    "oracle-cap": oracle_cap_key,
 }
 
 
 #: Orderings whose keys never depend on sibling evidence (no re-keying when a sibling reports).
-STATIC_ORDERINGS = frozenset({"fifo", "breadth-first", "oracle", "oracle-group"})
+STATIC_ORDERINGS = frozenset({"fifo", "breadth-first", "oracle", "oracle-group", "oracle-cap"})
+
+#: Yardstick orderings that need the true lengths (``Scheduler.submit``'s ``oracle_lengths``).
+ORACLE_ORDERINGS = frozenset({"oracle", "oracle-group", "oracle-cap"})
 
 
 def get_ordering(name: str) -> OrderingFn:

@@ -84,6 +84,12 @@ def oracle_group(base: SchedulerConfig) -> PolicyPlan:
     return _plan("oracle-group", base, False, divided=True, ordering="oracle-group", probes=False)
 
 
+def oracle_cap(base: SchedulerConfig) -> PolicyPlan:
+    """``context``'s order whose promotion knows which requests reach ``promote_fraction`` of
+    the cap (true lengths; a yardstick for how much identifying the long responses is worth)."""
+    return _plan("oracle-cap", base, False, divided=True, ordering="oracle-cap", probes=True)
+
+
 POLICIES: dict[str, PolicyFn] = {
     "verl": verl,
     "divided": divided,
@@ -94,6 +100,7 @@ POLICIES: dict[str, PolicyFn] = {
     "seer": seer,
     "oracle": oracle,
     "oracle-group": oracle_group,
+    "oracle-cap": oracle_cap,
 }
 
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from core.engine.types import FinishReason
 from core.scheduling.config import SchedulerConfig
 from core.scheduling.estimate import GroupStats, LengthPrior, PopulationStats
-from core.scheduling.ordering import STATIC_ORDERINGS, get_ordering
+from core.scheduling.ordering import ORACLE_ORDERINGS, STATIC_ORDERINGS, get_ordering
 from core.scheduling.routing import ReplicaTable, get_routing
 from core.scheduling.types import (
     ChunkDecision,
@@ -109,7 +109,7 @@ class Scheduler:
     ) -> None:
         """Queue new groups. ``oracle_lengths`` (request_id -> true length) is required by the
         ``oracle`` ordering and ignored otherwise."""
-        need_oracle = self.config.ordering in ("oracle", "oracle-group") and self.config.divided
+        need_oracle = self.config.ordering in ORACLE_ORDERINGS and self.config.divided
         seen: set[str] = set()
         seen_r: set[str] = set()
         for spec in groups:

@@ -72,3 +72,35 @@ def test_policies_use_context_bf_and_keep_algorithm_2_and_the_hedged_estimate() 
         SchedulerConfig(ordering="nope")
     with pytest.raises(ValueError, match="promote_fraction"):
         SchedulerConfig(promote_fraction=1.5)
+
+
+def test_oracle_cap_runs_exactly_the_truly_long_requests_first_then_breadth_first() -> None:
+    cfg = SchedulerConfig(chunk_tokens=100, ordering="oracle-cap", probes=False)
+    s = Scheduler(cfg, [ReplicaSpec("a", 1_000_000, 1)])
+    true = {"g0-0": 50, "g0-1": 9_600, "g1-0": 10_000, "g1-1": 300}  # cap 10,000; 95% = 9,500
+    s.submit(groups(2, 2, max_tokens=10_000), oracle_lengths=true)
+    first = [d.request_id for d in s.schedule()]
+    assert first == ["g1-0"]  # longest true remaining among the long ones, not submission order
+    s.complete("g1-0", 100, FinishReason.CHUNK)
+    assert [d.request_id for d in s.schedule()] == ["g1-0"]  # 9,900 left > 9,600 left
+    s.complete("g1-0", 100, FinishReason.CHUNK)
+    s2 = Scheduler(cfg, [ReplicaSpec("a", 1_000_000, 4)])
+    s2.submit(groups(2, 2, max_tokens=10_000), oracle_lengths=true)
+    assert [d.request_id for d in s2.schedule()][:2] == ["g1-0", "g0-1"]
+    for rid in ("g0-0", "g0-1", "g1-0", "g1-1"):
+        s2.complete(
+            rid,
+            100 if rid != "g0-0" else 50,
+            FinishReason.CHUNK if rid != "g0-0" else FinishReason.STOP,
+        )
+    # the short ones are breadth-first behind the long ones, whatever their true length
+    assert [d.request_id for d in s2.schedule()] == ["g1-0", "g0-1", "g1-1"]
+
+
+def test_oracle_cap_needs_the_true_lengths_and_is_a_registered_yardstick() -> None:
+    assert get_policy("oracle-cap").config.ordering == "oracle-cap"
+    s = Scheduler(
+        SchedulerConfig(ordering="oracle-cap", probes=False), [ReplicaSpec("a", 100_000, 2)]
+    )
+    with pytest.raises(ValueError, match="true length"):
+        s.submit(groups(1, 2))
