@@ -69,8 +69,8 @@ def serve_cmd(
     def _stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _stop)
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
+    signal.signal(signal.SIGTERM, _stop)  # after ray.init, which installs its own handler
     try:
         serve.start(http_options={"host": host, "port": port})
         t0 = time.perf_counter()

@@ -70,3 +70,54 @@ def test_serve_config_loads_with_overrides(tmp_path: Path) -> None:
         load_app_config(bad, {})
     result = CliRunner().invoke(cli, ["serve", "--config", str(tmp_path / "missing.yaml")])
     assert result.exit_code == 2 and "cannot read" in result.output
+
+
+def test_seer_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
+    """What ./run.sh runs: `seer serve` in the background, healthy, a demo, then SIGTERM."""
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = shutil.which("seer") or str(Path(sys.executable).parent / "seer")
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [
+            exe,
+            "serve",
+            "--backend",
+            "fake",
+            "--num-replicas",
+            "2",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "seer serve not healthy in 180 s"
+            time.sleep(1)
+        result = CliRunner().invoke(cli, ["demo", "--url", url, "--json", "--policy", "divided"])
+        assert result.exit_code == 0, result.output
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+    text = (tmp_path / "serve.log").read_text()
+    assert rc == 0, text[-3000:]
+    assert "stopping" in text and "SIGTERM received" not in text
