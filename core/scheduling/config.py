@@ -41,6 +41,10 @@ class SchedulerConfig:
       prompt from an earlier iteration counts as.
     - ``rekey_every`` (1 .. 1,000,000): recompute every queued key after this many finished
       requests (population statistics drift).
+    - ``rebalance_tokens`` (0 .. 1,048,576): a request that has generated at least this many
+      tokens ignores the replica holding its KV and goes to the least-loaded replica that fits
+      (its KV is pulled, ``migrate_tokens``), so long requests do not pile up on the replicas
+      where they started (0 = never; then ``routing`` alone decides).
     """
 
     divided: bool = True
@@ -56,6 +60,7 @@ class SchedulerConfig:
     promote_fraction: float = 0.95
     prior_weight: float = 0.5
     rekey_every: int = 256
+    rebalance_tokens: int = 8192
 
     def __post_init__(self) -> None:
         from core.scheduling.ordering import ORDERINGS
@@ -74,6 +79,7 @@ class SchedulerConfig:
         _bound("promote_fraction", self.promote_fraction, 0.0, 1.0)
         _bound("prior_weight", self.prior_weight, 0.0, 100.0)
         _bound("rekey_every", self.rekey_every, 1, 1_000_000)
+        _bound("rebalance_tokens", self.rebalance_tokens, 0, 1_048_576)
 
 
 def _bound(name: str, value: float, lo: float, hi: float) -> None:

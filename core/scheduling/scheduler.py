@@ -8,7 +8,8 @@ A chunk continues the request where the previous one stopped; the request is re-
 each chunk until EOS or its own max_tokens. Dispatch order: probes first (smallest generated
 first), then every ``explore_interval``-th slot to the shortest-looking unstarted request, every
 ``starvation_interval``-th slot to the longest-waiting request, otherwise the ordering policy's
-smallest key.
+smallest key. Routing: the configured routing policy, except that a request with at least
+``rebalance_tokens`` generated is routed as if it held no KV (least-loaded replica that fits).
 
 Driving it (the caller owns time and engines):
 ``submit(groups)`` -> ``schedule()`` -> run each ``ChunkDecision`` -> ``complete(...)`` ->
@@ -260,6 +261,7 @@ class Scheduler:
         skipped: list[int] = []
         t = self._table
         chunk = self.config.chunk_tokens
+        rebalance = self.config.rebalance_tokens
         while self._free_slots > 0 and self._n_queued > 0:
             r = self._pop()
             if r < 0:
@@ -268,7 +270,10 @@ class Scheduler:
             ctx = self._prompt[r] + self.generated[r]
             need = ctx + budget
             kv = self._kv_replica[r]
+            if rebalance and self.generated[r] >= rebalance:
+                kv = -1
             rep = self._route(t, kv, need, self.config.cache_threshold)
+            kv = self._kv_replica[r]
             if rep < 0:
                 skipped.append(r)
                 if len(skipped) >= _MAX_SKIPS:

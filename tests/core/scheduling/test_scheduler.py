@@ -324,3 +324,28 @@ def test_explore_interval_starts_the_shortest_looking_unstarted_request() -> Non
     ])  # fmt: skip
     # first dispatch by the ordering (long first), second by exploration (short first)
     assert [d.request_id for d in s.schedule()] == ["l0", "s0"]
+
+
+def test_long_running_requests_are_rebalanced_to_the_least_loaded_replica() -> None:
+    """Past ``rebalance_tokens`` a request leaves the replica holding its KV for the least
+    loaded one (its KV is pulled: ``migrate_tokens``); below it cache-aware routing keeps it."""
+
+    def run(rebalance: int) -> tuple[str, int]:
+        cfg = SchedulerConfig(
+            chunk_tokens=100, ordering="fifo", probes=False, rebalance_tokens=rebalance
+        )
+        s = Scheduler(cfg, [ReplicaSpec("a", 100_000, 4), ReplicaSpec("b", 100_000, 4)])
+        s.submit([GroupSpec("g", ("g-0", "g-1", "g-2"), 1_000, 10)])
+        first = {d.request_id: d.replica for d in s.schedule()}
+        crowded = 0 if sum(1 for rep in first.values() if rep == 0) == 2 else 1
+        long_id, _mate = [rid for rid, rep in first.items() if rep == crowded]
+        (alone,) = [rid for rid, rep in first.items() if rep != crowded]
+        s.complete(alone, 5, FinishReason.STOP)  # the other replica is now idle
+        s.complete(long_id, 100, FinishReason.CHUNK)  # 100 generated, re-queued; mate runs on
+        (d,) = s.schedule()
+        assert d.request_id == long_id
+        return ("stay" if d.replica == crowded else "move", d.migrate_tokens)
+
+    assert run(0) == ("stay", 0)  # in-flight counts differ by <= 32: stays with its KV
+    assert run(100) == ("move", 110)  # >= 100 generated: least loaded, pulls prompt + 100
+    assert run(101) == ("stay", 0)
