@@ -111,7 +111,10 @@ class Ingress:
                 )
                 for ld in loads
             ]
-        plan = get_policy(policy, SchedulerConfig(chunk_tokens=self.config.chunk_tokens))
+        # No KV pool between replicas here: moving a long request would recompute its whole
+        # context, so the simulator's rebalancing of long requests is off.
+        base = SchedulerConfig(chunk_tokens=self.config.chunk_tokens, rebalance_tokens=0)
+        plan = get_policy(policy, base)
         return Scheduler(plan.config, self._replica_specs)
 
     @api.post("/v1/rollouts", response_model=RolloutResponse)
