@@ -86,11 +86,8 @@ class FakeEngine:
         finally:
             self._running.discard(request.request_id)
             self._aborted.discard(request.request_id)
-        if finish is FinishReason.CHUNK and (
-            len(request.generated_token_ids) + len(tokens) >= request.max_tokens
-            or len(context) >= self.max_model_len
-        ):
-            finish = FinishReason.LENGTH
+        if finish is FinishReason.CHUNK:
+            finish = request.budget_end(len(tokens), self.max_model_len)
         return ChunkResult(
             request_id=request.request_id,
             token_ids=tokens,

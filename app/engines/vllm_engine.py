@@ -207,15 +207,12 @@ class VllmEngine:
                 else []
             )
         reason = comp.finish_reason if comp is not None else "abort"
-        total = len(request.generated_token_ids) + len(tokens)
         if reason == "stop":
             finish = FinishReason.STOP
         elif reason == "abort" or reason is None:
             finish = FinishReason.ABORT
-        elif total >= request.max_tokens or len(context) + len(tokens) >= self.max_model_len:
-            finish = FinishReason.LENGTH
         else:
-            finish = FinishReason.CHUNK
+            finish = request.budget_end(len(tokens), self.max_model_len)
         return ChunkResult(
             request_id=request.request_id,
             token_ids=tokens,

@@ -73,6 +73,15 @@ class ChunkRequest(BaseModel):
             )
         return min(self.chunk_budget, room)
 
+    def budget_end(self, new_tokens: int, max_model_len: int) -> FinishReason:
+        """Why a chunk that produced ``new_tokens`` without EOS or abort ended: ``length`` when
+        the request's own max_tokens or the context limit is reached, else ``chunk``."""
+        generated = len(self.generated_token_ids) + new_tokens
+        context = len(self.prompt_token_ids) + generated
+        if generated >= self.max_tokens or context >= max_model_len:
+            return FinishReason.LENGTH
+        return FinishReason.CHUNK
+
     @property
     def engine_request_id(self) -> str:
         """Unique id of this chunk inside an engine (a request has many chunks)."""

@@ -67,3 +67,10 @@ def test_budget_within_context_limit() -> None:
     assert _req(generated_token_ids=[1, 2, 3]).budget_within(9) == 4
     with pytest.raises(ValueError, match="no room under max_model_len=5"):
         _req(generated_token_ids=[1, 2, 3]).budget_within(5)
+
+
+def test_budget_end_is_length_at_either_limit() -> None:
+    req = _req(generated_token_ids=[1, 2, 3])  # prompt 2, generated 3, max_tokens 20
+    assert req.budget_end(8, 100) is FinishReason.CHUNK
+    assert req.budget_end(17, 100) is FinishReason.LENGTH  # request's own max_tokens
+    assert req.budget_end(5, 10) is FinishReason.LENGTH  # context limit: 2 + 3 + 5
