@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.bounds import check_range
+
 #: Default chunk size in new tokens; chosen with the simulator (docs/scheduling.md, "Chunk size").
 DEFAULT_CHUNK_TOKENS = 1024
 
@@ -70,18 +72,13 @@ class SchedulerConfig:
             raise ValueError(f"unknown ordering {self.ordering!r}; valid: {sorted(ORDERINGS)}")
         if self.routing not in ROUTINGS:
             raise ValueError(f"unknown routing {self.routing!r}; valid: {sorted(ROUTINGS)}")
-        _bound("chunk_tokens", self.chunk_tokens, 1, 1_048_576)
-        _bound("cache_threshold", self.cache_threshold, 0, 100_000)
-        _bound("starvation_interval", self.starvation_interval, 0, 1_000_000)
-        _bound("explore_interval", self.explore_interval, 0, 1_000_000)
-        _bound("within_sigma_prior", self.within_sigma_prior, 0.05, 3.0)
-        _bound("hedge_quantile", self.hedge_quantile, 0.01, 0.999)
-        _bound("promote_fraction", self.promote_fraction, 0.0, 1.0)
-        _bound("prior_weight", self.prior_weight, 0.0, 100.0)
-        _bound("rekey_every", self.rekey_every, 1, 1_000_000)
-        _bound("rebalance_tokens", self.rebalance_tokens, 0, 1_048_576)
-
-
-def _bound(name: str, value: float, lo: float, hi: float) -> None:
-    if not lo <= value <= hi:
-        raise ValueError(f"{name}={value!r} outside [{lo}, {hi}]")
+        check_range("chunk_tokens", self.chunk_tokens, 1, 1_048_576)
+        check_range("cache_threshold", self.cache_threshold, 0, 100_000)
+        check_range("starvation_interval", self.starvation_interval, 0, 1_000_000)
+        check_range("explore_interval", self.explore_interval, 0, 1_000_000)
+        check_range("within_sigma_prior", self.within_sigma_prior, 0.05, 3.0)
+        check_range("hedge_quantile", self.hedge_quantile, 0.01, 0.999)
+        check_range("promote_fraction", self.promote_fraction, 0.0, 1.0)
+        check_range("prior_weight", self.prior_weight, 0.0, 100.0)
+        check_range("rekey_every", self.rekey_every, 1, 1_000_000)
+        check_range("rebalance_tokens", self.rebalance_tokens, 0, 1_048_576)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from core.bounds import check_range
+
 
 @dataclass(frozen=True, slots=True)
 class Hardware:
@@ -114,18 +116,13 @@ class CostModel:
     draft_s_per_request: float = 20e-6
 
     def __post_init__(self) -> None:
-        if self.gpus < 1:
-            raise ValueError(f"gpus={self.gpus} < 1")
+        check_range("gpus", self.gpus, 1)
         for f in ("bw_eff", "flops_eff", "mem_util"):
-            v = getattr(self, f)
-            if not 0 < v <= 1:
-                raise ValueError(f"{f}={v!r} outside (0, 1]")
-        if not 0 <= self.step_overhead_s <= 1:
-            raise ValueError(f"step_overhead_s={self.step_overhead_s!r} outside [0, 1]")
-        if self.reserve_bytes_per_gpu < 0 or self.draft_s_per_request < 0:
-            raise ValueError("reserve_bytes_per_gpu and draft_s_per_request must be >= 0")
-        if self.max_running < 1:
-            raise ValueError(f"max_running={self.max_running} < 1")
+            check_range(f, getattr(self, f), 0, 1, lo_open=True)
+        check_range("step_overhead_s", self.step_overhead_s, 0, 1)
+        check_range("reserve_bytes_per_gpu", self.reserve_bytes_per_gpu, 0)
+        check_range("draft_s_per_request", self.draft_s_per_request, 0)
+        check_range("max_running", self.max_running, 1)
         if self.kv_capacity_tokens < 1:
             raise ValueError(
                 f"{self.model.name} does not fit on {self.gpus} x {self.hardware.name}: "

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.bounds import check_range
 from core.sim.cost import KIMI_K2, MOONLIGHT, QWEN2_VL_72B, CostModel
 
 
@@ -44,32 +45,24 @@ class WorkloadSpec:
     prompt_tokens: int = 1024
 
     def __post_init__(self) -> None:
-        if self.groups < 1:
-            raise ValueError(f"groups={self.groups} < 1")
-        if not 1 <= self.group_size <= 1024:
-            raise ValueError(f"group_size={self.group_size} outside [1, 1024]")
-        if not 1 <= self.max_tokens <= 10_000_000:
-            raise ValueError(f"max_tokens={self.max_tokens} outside [1, 10000000]")
+        check_range("groups", self.groups, 1)
+        check_range("group_size", self.group_size, 1, 1024)
+        check_range("max_tokens", self.max_tokens, 1, 10_000_000)
         if not 1 <= self.mean_tokens < self.max_tokens:
             raise ValueError(
                 f"mean_tokens={self.mean_tokens} must be in [1, max_tokens={self.max_tokens})"
             )
-        if self.instances < 1:
-            raise ValueError(f"instances={self.instances} < 1")
-        for f in ("length_sigma", "within_sigma"):
-            v = getattr(self, f)
-            if not 0 <= v <= 5:
-                raise ValueError(f"{f}={v} outside [0, 5]")
-        if not 0 <= self.outlier_frac <= 1:
-            raise ValueError(f"outlier_frac={self.outlier_frac} outside [0, 1]")
+        check_range("instances", self.instances, 1)
+        check_range("length_sigma", self.length_sigma, 0, 5)
+        check_range("within_sigma", self.within_sigma, 0, 5)
+        check_range("outlier_frac", self.outlier_frac, 0, 1)
         floor = self.outlier_frac * self.max_tokens + (1 - self.outlier_frac)
         if self.mean_tokens <= floor:
             raise ValueError(
                 f"mean_tokens={self.mean_tokens} unreachable: outlier_frac={self.outlier_frac} "
                 f"of responses at max_tokens={self.max_tokens} alone average {floor:.1f}"
             )
-        if self.prompt_tokens < 1:
-            raise ValueError(f"prompt_tokens={self.prompt_tokens} < 1")
+        check_range("prompt_tokens", self.prompt_tokens, 1)
 
     @property
     def requests(self) -> int:
@@ -77,8 +70,7 @@ class WorkloadSpec:
 
     def scaled(self, factor: float) -> WorkloadSpec:
         """Same per-instance load with ``factor`` x the groups and instances (at least 1)."""
-        if not 0 < factor <= 100:
-            raise ValueError(f"scale={factor} outside (0, 100]")
+        check_range("scale", factor, 0, 100, lo_open=True)
         return dataclasses.replace(
             self,
             groups=max(1, round(self.groups * factor)),
