@@ -16,7 +16,7 @@ import heapq
 
 from core.drafting.automaton import ROOT, SuffixAutomaton
 from core.drafting.draft import EMPTY_DRAFT, Draft
-from core.drafting.speculate import SpeculationParams, blend, match_state
+from core.drafting.speculate import SpeculationParams, blend, grow_tree, match_state
 
 
 def advance(sam: SuffixAutomaton, state: int, length: int, token: int) -> tuple[int, int]:
@@ -48,19 +48,12 @@ def speculate_mixed(
     backoff = params.backoff
     smoothing = params.smoothing
     width = params.width
-    tokens: list[int] = []
-    parents: list[int] = []
-    probs: list[float] = []
-    # frontier: (-path_prob, creation order, parent index, token, group match, own match)
-    heap: list[tuple[float, int, int, int, tuple[int, int], tuple[int, int]]] = []
-    seq = 0
-    parent = -1
-    path_p = 1.0
-    g_match = (start, group.length(start))
-    o_state = match_state(own, own_end)
-    o_match = (o_state, own.length(o_state))
-    limit = params.max_tokens
-    while True:
+    Match = tuple[int, int]
+
+    def expand(
+        state: tuple[Match, Match], path_p: float
+    ) -> list[tuple[float, int, tuple[Match, Match]]]:
+        g_match, o_match = state
         pg, _ = blend(group, g_match[0], backoff, smoothing)
         po, _ = blend(own, o_match[0], backoff, smoothing)
         # the own text counts as much as its match is specific: a shorter own match than the
@@ -69,23 +62,17 @@ def speculate_mixed(
         mix = {t: (1.0 - w_eff) * p for t, p in pg.items()}
         for t, p in po.items():
             mix[t] = mix.get(t, 0.0) + w_eff * p
-        ranked = heapq.nlargest(width, [(p, t) for t, p in mix.items()])
-        for _, t in ranked:
+        out = []
+        for _, t in heapq.nlargest(width, [(p, t) for t, p in mix.items()]):
             pp = path_p * max(pg.get(t, 0.0), po.get(t, 0.0) if w_eff > 0.0 else 0.0)
-            if pp < min_p:
+            if pp < min_p:  # ranked by the mix, not by pp: keep looking
                 continue
             nxt_g = advance(group, g_match[0], g_match[1], t)
             nxt_o = advance(own, o_match[0], o_match[1], t)
-            heapq.heappush(heap, (-pp, seq, parent, t, nxt_g, nxt_o))
-            seq += 1
-        if not heap:
-            break
-        neg_p, _, grand, t, g_match, o_match = heapq.heappop(heap)
-        parent = len(tokens)
-        path_p = -neg_p
-        tokens.append(t)
-        parents.append(grand)
-        probs.append(path_p)
-        if len(tokens) >= limit:
-            break
+            out.append((pp, t, (nxt_g, nxt_o)))
+        return out
+
+    o_state = match_state(own, own_end)
+    first = ((start, group.length(start)), (o_state, own.length(o_state)))
+    tokens, parents, probs = grow_tree(expand, first, params.max_tokens)
     return Draft(tuple(tokens), tuple(parents), tuple(probs), group.length(start))

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from core.drafting.automaton import ROOT, WIDE_STATE, SuffixAutomaton
 from core.drafting.draft import EMPTY_DRAFT, Draft
+
+S = TypeVar("S")  # a drafting state: an automaton state, or a pair of matches
 
 MAX_DRAFT_TOKENS = 64
 MAX_WIDTH = 16
@@ -153,34 +157,26 @@ def _blended(
     return [(p, t, states[t]) for p, t in top]
 
 
-def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -> Draft:
-    """Draft up to ``params.max_tokens`` tokens continuing the text that ends at ``end_state``."""
-    if params.max_tokens == 0:
-        return EMPTY_DRAFT
-    start = match_state(sam, end_state)
-    min_p = params.min_token_prob
-    width = params.width
-    backoff = params.backoff
-    smoothing = params.smoothing
+def grow_tree(
+    expand: Callable[[S, float], Iterable[tuple[float, int, S]]], start: S, limit: int
+) -> tuple[list[int], list[int], list[float]]:
+    """Best-first draft tree: (tokens, parent indices, path probabilities).
+
+    Invariant: the tree grows one node at a time, always the frontier node with the highest
+    path probability (ties: the earlier created); ``expand(state, path_prob)`` yields the
+    children worth keeping as (path probability, token, child state).
+    """
     tokens: list[int] = []
     parents: list[int] = []
     probs: list[float] = []
     # frontier: (-path_prob, creation order, parent index, token, state)
-    heap: list[tuple[float, int, int, int, int]] = []
+    heap: list[tuple[float, int, int, int, S]] = []
     seq = 0
     parent = -1
     path_p = 1.0
     state = start
-    limit = params.max_tokens
     while True:
-        if backoff:
-            ranked = _blended(sam, state, width, backoff, smoothing)
-        else:
-            ranked = _counts_only(sam, state, width)
-        for p, t, u in ranked:
-            pp = path_p * p
-            if pp < min_p:
-                break
+        for pp, t, u in expand(state, path_p):
             heapq.heappush(heap, (-pp, seq, parent, t, u))
             seq += 1
         if not heap:
@@ -193,4 +189,31 @@ def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -
         probs.append(path_p)
         if len(tokens) >= limit:
             break
+    return tokens, parents, probs
+
+
+def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -> Draft:
+    """Draft up to ``params.max_tokens`` tokens continuing the text that ends at ``end_state``."""
+    if params.max_tokens == 0:
+        return EMPTY_DRAFT
+    start = match_state(sam, end_state)
+    min_p = params.min_token_prob
+    width = params.width
+    backoff = params.backoff
+    smoothing = params.smoothing
+
+    def expand(state: int, path_p: float) -> list[tuple[float, int, int]]:
+        if backoff:
+            ranked = _blended(sam, state, width, backoff, smoothing)
+        else:
+            ranked = _counts_only(sam, state, width)
+        out = []
+        for p, t, u in ranked:  # ranked by p: the first one under the cut ends the list
+            pp = path_p * p
+            if pp < min_p:
+                break
+            out.append((pp, t, u))
+        return out
+
+    tokens, parents, probs = grow_tree(expand, start, params.max_tokens)
     return Draft(tuple(tokens), tuple(parents), tuple(probs), sam.length(start))
