@@ -52,6 +52,10 @@ class _LoadRecorder:
                     sink["running"] = scheduler_stats.num_running_reqs
                     sink["waiting"] = scheduler_stats.num_waiting_reqs
                     sink["kv_usage"] = scheduler_stats.kv_cache_usage
+                    cache = scheduler_stats.prefix_cache_stats
+                    if cache is not None:
+                        sink["prefix_queries"] += cache.queries
+                        sink["prefix_hits"] += cache.hits
 
             def log_engine_initialized(self) -> None:
                 pass
@@ -65,7 +69,13 @@ class VllmEngine:
         self.replica_id = replica_id
         self._engine: Any = None
         self._tokenizer: Tokenizer | None = None
-        self._stats: dict[str, Any] = {"running": 0, "waiting": 0, "kv_usage": 0.0}
+        self._stats: dict[str, Any] = {
+            "running": 0,
+            "waiting": 0,
+            "kv_usage": 0.0,
+            "prefix_queries": 0,
+            "prefix_hits": 0,
+        }
         self._kv_capacity_tokens = 0
         self._running: dict[str, str] = {}  # request_id -> engine request id
         self._start_lock = asyncio.Lock()
@@ -152,6 +162,8 @@ class VllmEngine:
             running=int(self._stats["running"]),
             waiting=int(self._stats["waiting"]),
             chunks_in_flight=len(self._running),
+            prefix_cache_queries=int(self._stats["prefix_queries"]),
+            prefix_cache_hits=int(self._stats["prefix_hits"]),
             kv_usage=min(1.0, max(0.0, float(self._stats["kv_usage"]))),
             kv_capacity_tokens=self._kv_capacity_tokens,
         )

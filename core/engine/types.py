@@ -132,3 +132,5 @@ class EngineLoad(BaseModel):
     chunks_in_flight: int = Field(0, ge=0, description="run_chunk calls not yet returned")
     kv_usage: float = Field(0.0, ge=0.0, le=1.0, description="fraction of KV blocks in use")
     kv_capacity_tokens: int = Field(0, ge=0, description="total KV token slots of the replica")
+    prefix_cache_queries: int = Field(0, ge=0, description="prompt tokens looked up, cumulative")
+    prefix_cache_hits: int = Field(0, ge=0, description="of those, served from the prefix cache")

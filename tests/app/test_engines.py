@@ -171,3 +171,28 @@ def test_not_started_engine_errors(loop_thread: Any) -> None:
     engine = make_engine(EngineConfig(backend="fake"))
     with pytest.raises(RuntimeError, match="not started"):
         loop_thread.run(engine.run_chunk(_req([1, 2])))
+
+
+def test_continuation_chunk_is_served_from_the_prefix_cache(
+    vllm_engine: Any, loop_thread: Any
+) -> None:
+    """A continuation re-submits prompt + generated tokens; prefix caching must serve them."""
+    import random
+    import time
+
+    # unseen text, longer than 3 KV blocks (vLLM on CPU caches whole blocks of 128 tokens)
+    prompt = [random.Random(7).randrange(100, 40_000) for _ in range(400)]
+
+    def hits() -> int:
+        return int(vllm_engine.load().prefix_cache_hits)
+
+    first = loop_thread.run(vllm_engine.run_chunk(_req(prompt, rid="pc", chunk=16, cap=48)))
+    time.sleep(0.5)  # stats arrive with the engine's next output batch
+    before = hits()
+    loop_thread.run(
+        vllm_engine.run_chunk(_req(prompt, rid="pc", generated=first.token_ids, chunk=16, cap=48))
+    )
+    deadline = time.monotonic() + 5
+    while hits() - before < 256 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert hits() - before >= 256  # the prompt's full blocks came from the cache
