@@ -40,6 +40,7 @@ class ChunkRequest(BaseModel):
 
     request_id: str = Field(min_length=1)
     group_id: str = Field(min_length=1)
+    response_index: int = Field(0, ge=0, description="which of its group's G responses this is")
     prompt_token_ids: list[int] = Field(min_length=1)
     generated_token_ids: list[int] = Field(default_factory=list)
     max_new_tokens: int = Field(ge=1, description="new tokens allowed in this chunk")

@@ -19,7 +19,7 @@ class SchedulerConfig:
       the veRL baseline (whole groups round-robin to replicas up front, no chunking, the engine
       admits everything and may preempt).
     - ``ordering``: name in ``core.scheduling.ordering.ORDERINGS`` (``fifo``, ``breadth-first``,
-      ``context``, ``context-bf``, ``context-max``, ``oracle``, ``oracle-group``,
+      ``context``, ``context-hedge``, ``context-max``, ``oracle``, ``oracle-group``,
       ``oracle-cap``).
     - ``routing``: name in ``core.scheduling.routing.ROUTINGS`` (``least-loaded``,
       ``cache-aware``).
@@ -33,10 +33,10 @@ class SchedulerConfig:
       request with the *shortest* estimate (0 = never): it frees its slot soon and exposes
       runaway responses of short-looking groups early.
     - ``within_sigma_prior`` (0.05 .. 3.0): prior std-dev of log length among siblings, for the
-      ``context`` estimate until enough finished siblings are observed.
-    - ``hedge_quantile`` (0.5 .. 0.999): ``context`` ranks a request by this quantile of its
+      ``context``/``context-hedge`` estimates until enough finished siblings are observed.
+    - ``hedge_quantile`` (0.5 .. 0.999): the hedged estimate ranks a request by this quantile of its
       remaining length (0.5 = median); above 0.5 hedges toward long outcomes.
-    - ``promote_fraction`` (0.0 .. 1.0): ``context-bf`` runs a request first (longest first)
+    - ``promote_fraction`` (0.0 .. 1.0): ``context`` runs a request first (longest first)
       while its hedged total length is at least this fraction of the cap; otherwise
       breadth-first (fewest generated tokens first).
     - ``prior_weight`` (0.0 .. 100.0): how many finished siblings one recorded length of the same

@@ -40,10 +40,10 @@ def context_max_key(state: OrderingState, r: int) -> float:
     return -float(state.groups[state.group_of[r]].paper_estimate())
 
 
-def context_key(state: OrderingState, r: int) -> float:
-    """Ours: largest hedged estimate of the request's own *total* length first (group evidence
-    + prior + its own progress; see ``core.scheduling.estimate``). A request that keeps running
-    only climbs, so chunk boundaries do not shuffle running requests."""
+def context_hedge_key(state: OrderingState, r: int) -> float:
+    """``context-hedge``: largest hedged estimate of the request's own *total* length first
+    (group evidence + prior + its own progress; see ``core.scheduling.estimate``). A request
+    that keeps running only climbs, so chunk boundaries do not shuffle running requests."""
     g = state.groups[state.group_of[r]]
     y = state.generated[r]
     return -(context_remaining(g, state.population, y, state.config.hedge_quantile) + y)
@@ -56,9 +56,9 @@ def breadth_first_key(state: OrderingState, r: int) -> float:
     return float(state.generated[r])
 
 
-def context_bf_key(state: OrderingState, r: int) -> float:
+def context_key(state: OrderingState, r: int) -> float:
     """Ours (the ``context`` policy's order): breadth-first, except that a request whose hedged
-    total length (``context_key``'s estimate) reaches ``promote_fraction`` of the cap goes
+    total length (``context_hedge_key``'s estimate) reaches ``promote_fraction`` of the cap goes
     first, longest first (ties by submission order). In practice the promoted ones are the
     requests of groups with no finished sibling yet (the estimate starts at the cap) and of
     groups whose evidence says they run to the cap; everything else progresses together, so
@@ -72,7 +72,7 @@ def context_bf_key(state: OrderingState, r: int) -> float:
 
 
 def oracle_cap_key(state: OrderingState, r: int) -> float:
-    """``context-bf`` whose promotion knows the truth: exactly the requests whose true length
+    """``context`` whose promotion knows the truth: exactly the requests whose true length
     reaches ``promote_fraction`` of the cap go first (longest true remaining first); every other
     request breadth-first. A yardstick (needs the true lengths): how much of the gap between
     ``context`` and ``oracle`` is identifying the long responses."""
@@ -106,9 +106,9 @@ def oracle_group_key(state: OrderingState, r: int) -> float:
 
 ORDERINGS: dict[str, OrderingFn] = {
     "fifo": fifo_key,
-    "context": context_key,
+    "context-hedge": context_hedge_key,
     "context-max": context_max_key,
-    "context-bf": context_bf_key,
+    "context": context_key,
     "breadth-first": breadth_first_key,
     "oracle": oracle_key,
     "oracle-group": oracle_group_key,

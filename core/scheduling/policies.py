@@ -46,14 +46,14 @@ def divided(base: SchedulerConfig) -> PolicyPlan:
 
 def context(base: SchedulerConfig) -> PolicyPlan:
     """Divided + context-aware ordering: probes, then breadth-first with requests the group
-    evidence marks as runaways promoted (ordering ``context-bf``)."""
-    return _plan("context", base, False, divided=True, ordering="context-bf", probes=True)
+    evidence marks as runaways promoted (ordering ``context``)."""
+    return _plan("context", base, False, divided=True, ordering="context", probes=True)
 
 
 def context_hedge(base: SchedulerConfig) -> PolicyPlan:
-    """Divided + probes + the hedged remaining-length estimate alone (ordering ``context``;
-    the ``context`` policy's order before ``context-bf``)."""
-    return _plan("context-hedge", base, False, divided=True, ordering="context", probes=True)
+    """Divided + probes + the hedged remaining-length estimate alone, longest first (ordering
+    ``context-hedge``; the ``context`` policy's order without its breadth-first part)."""
+    return _plan("context-hedge", base, False, divided=True, ordering="context-hedge", probes=True)
 
 
 def context_max(base: SchedulerConfig) -> PolicyPlan:
@@ -62,15 +62,17 @@ def context_max(base: SchedulerConfig) -> PolicyPlan:
 
 
 def context_prior(base: SchedulerConfig) -> PolicyPlan:
-    """``context`` with a length prior: recorded lengths of the same prompts from an earlier
-    RL iteration seed each group's estimate before its probe finishes."""
-    plan = _plan("context-prior", base, False, divided=True, ordering="context", probes=True)
+    """Divided + probes + the hedged estimate (ordering ``context-hedge``) seeded with a length
+    prior: recorded lengths of the same prompts from an earlier RL iteration seed each group's
+    estimate before its probe finishes. (The prior does not change ``context``'s decisions: its
+    breadth-first order ignores estimates below ``promote_fraction`` of the cap.)"""
+    plan = _plan("context-prior", base, False, divided=True, ordering="context-hedge", probes=True)
     return dataclasses.replace(plan, uses_prior=True)
 
 
 def seer(base: SchedulerConfig) -> PolicyPlan:
     """All three techniques: ``context`` + adaptive grouped speculative decoding."""
-    return _plan("seer", base, True, divided=True, ordering="context-bf", probes=True)
+    return _plan("seer", base, True, divided=True, ordering="context", probes=True)
 
 
 def oracle(base: SchedulerConfig) -> PolicyPlan:

@@ -1,4 +1,4 @@
-"""Breadth-first orderings: ``breadth-first`` and ``context-bf`` (the ``context`` policy's)."""
+"""Breadth-first orderings: ``breadth-first`` and ``context`` (the ``context`` policy's)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_breadth_first_gives_every_request_a_chunk_before_any_gets_a_second() ->
 
 
 def test_context_bf_runs_unknown_groups_first_then_breadth_first() -> None:
-    cfg = SchedulerConfig(chunk_tokens=100, ordering="context-bf", probes=False)
+    cfg = SchedulerConfig(chunk_tokens=100, ordering="context", probes=False)
     s = Scheduler(cfg, [ReplicaSpec("a", 1_000_000, 2)])
     s.submit(groups(2, 2, max_tokens=10_000))
     assert [d.request_id for d in s.schedule()] == ["g0-0", "g0-1"]
@@ -43,7 +43,7 @@ def test_context_bf_runs_unknown_groups_first_then_breadth_first() -> None:
 
 
 def test_context_bf_promotes_requests_of_a_group_that_runs_to_the_cap() -> None:
-    cfg = SchedulerConfig(chunk_tokens=100, ordering="context-bf", probes=False)
+    cfg = SchedulerConfig(chunk_tokens=100, ordering="context", probes=False)
     s = Scheduler(cfg, [ReplicaSpec("a", 1_000_000, 4)])
     s.submit(groups(2, 2, max_tokens=10_000))
     assert len(s.schedule()) == 4
@@ -52,7 +52,7 @@ def test_context_bf_promotes_requests_of_a_group_that_runs_to_the_cap() -> None:
     s.complete("g0-1", 100, FinishReason.CHUNK)
     s.complete("g1-1", 100, FinishReason.CHUNK)
     assert [d.request_id for d in s.schedule()] == ["g0-1", "g1-1"]  # breadth-first
-    big = SchedulerConfig(chunk_tokens=10_000, ordering="context-bf", probes=False)
+    big = SchedulerConfig(chunk_tokens=10_000, ordering="context", probes=False)
     s2 = Scheduler(big, [ReplicaSpec("a", 1_000_000, 4)])
     s2.submit(groups(2, 2, max_tokens=10_000))
     assert len(s2.schedule()) == 4
@@ -63,11 +63,12 @@ def test_context_bf_promotes_requests_of_a_group_that_runs_to_the_cap() -> None:
     assert [d.request_id for d in s2.schedule()] == ["g1-1", "g0-1"]  # promoted
 
 
-def test_policies_use_context_bf_and_keep_algorithm_2_and_the_hedged_estimate() -> None:
-    assert get_policy("context").config.ordering == "context-bf"
-    assert get_policy("seer").config.ordering == "context-bf"
+def test_policies_run_the_ordering_their_name_says() -> None:
+    assert get_policy("context").config.ordering == "context"
+    assert get_policy("seer").config.ordering == "context"
+    assert get_policy("context-prior").config.ordering == "context-hedge"
     assert get_policy("context-max").config.ordering == "context-max"
-    assert get_policy("context-hedge").config.ordering == "context"
+    assert get_policy("context-hedge").config.ordering == "context-hedge"
     with pytest.raises(ValueError, match="breadth-first"):
         SchedulerConfig(ordering="nope")
     with pytest.raises(ValueError, match="promote_fraction"):

@@ -107,7 +107,7 @@ def test_admission_respects_running_slots_and_kv() -> None:
 
 
 def test_probes_go_first_smallest_generated_first() -> None:
-    cfg = SchedulerConfig(chunk_tokens=10, ordering="context")
+    cfg = SchedulerConfig(chunk_tokens=10, ordering="context-hedge")
     s = Scheduler(cfg, [ReplicaSpec("a", 10_000, 2)])
     s.submit(groups(3, 3))
     first = s.schedule()
@@ -133,7 +133,7 @@ def test_context_max_orders_groups_by_longest_finished_sibling() -> None:
 
 
 def test_context_keeps_a_running_survivor_ahead_of_its_fresh_siblings() -> None:
-    cfg = SchedulerConfig(chunk_tokens=50, ordering="context")
+    cfg = SchedulerConfig(chunk_tokens=50, ordering="context-hedge")
     s = Scheduler(cfg, [ReplicaSpec("a", 100_000, 3)])
     s.submit(groups(1, 4, max_tokens=10_000))
     probe, r1, r2 = s.schedule()
@@ -202,7 +202,7 @@ def test_verl_mode_assigns_whole_groups_round_robin_without_admission() -> None:
 
 
 def test_length_prior_seeds_group_estimate() -> None:
-    cfg = SchedulerConfig(chunk_tokens=10, probes=False, ordering="context")
+    cfg = SchedulerConfig(chunk_tokens=10, probes=False, ordering="context-hedge")
     prior = DictLengthPrior({"p-long": [5000, 6000], "p-short": [20, 30]})
     s = Scheduler(cfg, [ReplicaSpec("a", 100_000, 1)], prior=prior)
     s.submit([
@@ -314,7 +314,9 @@ def test_dispatch_bench_keeps_the_backlog() -> None:
 
 
 def test_explore_interval_starts_the_shortest_looking_unstarted_request() -> None:
-    cfg = SchedulerConfig(chunk_tokens=10, ordering="context", probes=False, explore_interval=2)
+    cfg = SchedulerConfig(
+        chunk_tokens=10, ordering="context-hedge", probes=False, explore_interval=2
+    )
     s = Scheduler(cfg, [ReplicaSpec("a", 100_000, 2)])
     prior = {"p-short": [20, 20], "p-long": [900, 900]}
     s.prior = DictLengthPrior(prior)
