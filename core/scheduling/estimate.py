@@ -108,18 +108,30 @@ class PopulationStats:
     prior_sigma: float
     prior_dof: float = 32.0
     sigma: float = 0.0
+    ss: float = 0.0  # running within-group sum of squares of log lengths, every group seen
+    dof: int = 0
 
     def __post_init__(self) -> None:
         self.sigma = self.prior_sigma
 
-    def refresh(self, groups: list[GroupStats]) -> None:
-        ss = 0.0
-        dof = 0
-        for g in groups:
-            if g.n_finished >= 2:
-                ss += g.sumsq_log - g.sum_log * g.sum_log / g.n_finished
-                dof += g.n_finished - 1
-        var = (self.prior_sigma**2 * self.prior_dof + ss) / (self.prior_dof + dof)
+    @staticmethod
+    def _spread(g: GroupStats) -> tuple[float, int]:
+        if g.n_finished < 2:
+            return 0.0, 0
+        return g.sumsq_log - g.sum_log * g.sum_log / g.n_finished, g.n_finished - 1
+
+    def observe_finished(self, g: GroupStats, length: int) -> None:
+        """``g.observe_finished(length)``, and its change of spread added to the running sums
+        (so the pool keeps what released groups taught, in the order it was learned)."""
+        ss0, dof0 = self._spread(g)
+        g.observe_finished(length)
+        ss1, dof1 = self._spread(g)
+        self.ss += ss1 - ss0
+        self.dof += dof1 - dof0
+
+    def refresh(self) -> None:
+        """Re-estimate ``sigma`` from the running sums (the scheduler does it periodically)."""
+        var = (self.prior_sigma**2 * self.prior_dof + self.ss) / (self.prior_dof + self.dof)
         self.sigma = math.sqrt(max(var, 1e-6))
 
 

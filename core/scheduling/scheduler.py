@@ -11,6 +11,14 @@ first), then every ``explore_interval``-th slot to the shortest-looking unstarte
 smallest key. Routing: the configured routing policy, except that a request with at least
 ``rebalance_tokens`` generated is routed as if it held no KV (least-loaded replica that fits).
 
+Long-lived use (one scheduler for every rollout of a service): groups may be submitted at any
+time; ``cancel`` ends a group's requests (queued ones at once, running ones when their chunk is
+reported); ``release`` drops a group whose requests are all terminal, and the per-request arrays
+are compacted once released slots outnumber live ones, so memory and the cost of a decision
+depend on the work in the scheduler, not on what it has served. A replica taken out of
+rotation (``set_replica_available``) gets no chunk until it is back; its chunks in flight are
+reported by the caller (``ABORT`` keeps the tokens they returned) and re-queued.
+
 Driving it (the caller owns time and engines):
 ``submit(groups)`` -> ``schedule()`` -> run each ``ChunkDecision`` -> ``complete(...)`` ->
 ``schedule()`` ... until ``done``.
@@ -21,11 +29,12 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from core.engine.types import FinishReason
 from core.scheduling.config import SchedulerConfig
 from core.scheduling.estimate import GroupStats, LengthPrior, PopulationStats
-from core.scheduling.ordering import ORACLE_ORDERINGS, STATIC_ORDERINGS, get_ordering
+from core.scheduling.ordering import ORACLE_ORDERINGS, STATIC_ORDERINGS, fifo_key, get_ordering
 from core.scheduling.routing import ReplicaTable, get_routing
 from core.scheduling.types import (
     ChunkDecision,
@@ -39,6 +48,9 @@ from core.scheduling.verl import verl_assign
 _QUEUED = RequestPhase.QUEUED
 _RUNNING = RequestPhase.RUNNING
 _FINISHED = RequestPhase.FINISHED
+_CANCELLED = RequestPhase.CANCELLED
+_TERMINAL = (_FINISHED, _CANCELLED)
+_T = TypeVar("_T")
 _MAX_SKIPS = 8  # queued requests set aside per schedule() call when no replica fits them
 
 
@@ -50,14 +62,21 @@ class Scheduler:
         config: SchedulerConfig,
         replicas: Sequence[ReplicaSpec],
         prior: LengthPrior | None = None,
+        compact_after: int = 4096,
     ) -> None:
+        """``compact_after`` (>= 1): compact the per-request arrays once at least this many
+        slots (and at least as many as are live) belong to released groups."""
         if not replicas:
             raise ValueError("need at least one replica")
         ids = [r.replica_id for r in replicas]
         if len(set(ids)) != len(ids):
             raise ValueError(f"duplicate replica ids in {ids}")
+        if compact_after < 1:
+            raise ValueError(f"compact_after={compact_after} must be >= 1")
         self.config = config
         self.replicas = list(replicas)
+        self._compact_after = compact_after
+        self._available = [True] * len(replicas)
         self.prior = prior
         self._order = get_ordering(config.ordering)
         self._route = get_routing(config.routing)
@@ -87,9 +106,14 @@ class Scheduler:
         self.oracle_lengths: Sequence[int] | None = None
         # Per-group state.
         self.group_ids: list[str] = []
-        self._group_set: set[str] = set()
+        self._group_pos: dict[str, int] = {}  # group id -> index into the group arrays
         self.groups: list[GroupStats] = []
         self._group_replica: list[int] = []
+        self._group_open: list[int] = []  # members not yet terminal
+        self._group_cancelled: list[bool] = []
+        self._group_released: list[bool] = []
+        self._released_slots = 0  # request slots of released groups (until compaction)
+        self._n_open = 0  # requests not yet terminal
         self.population = PopulationStats(prior_sigma=config.within_sigma_prior)
         # Queues (lazy deletion: an entry is live iff its version matches).
         self._heap: list[tuple[float, int, int]] = []
@@ -114,7 +138,7 @@ class Scheduler:
         seen: set[str] = set()
         seen_r: set[str] = set()
         for spec in groups:
-            if spec.group_id in seen or spec.group_id in self._group_set:
+            if spec.group_id in seen or spec.group_id in self._group_pos:
                 raise ValueError(f"group {spec.group_id!r} submitted twice")
             seen.add(spec.group_id)
             for rid in spec.request_ids:
@@ -143,8 +167,12 @@ class Scheduler:
                     )
             self.groups.append(stats)
             self.group_ids.append(spec.group_id)
-            self._group_set.add(spec.group_id)
+            self._group_pos[spec.group_id] = gi
             self._group_replica.append(-1)
+            self._group_open.append(len(spec.request_ids))
+            self._group_cancelled.append(False)
+            self._group_released.append(False)
+            self._n_open += len(spec.request_ids)
             new_groups.append(gi)
             for k, rid in enumerate(spec.request_ids):
                 r = len(self.request_ids)
@@ -174,7 +202,7 @@ class Scheduler:
             n = len(self.replicas)
             for a, gi in zip(verl_assign(ids, n, self._verl_next % n), new_groups, strict=True):
                 self._group_replica[gi] = a.replica
-            self._verl_next += len(new_groups)
+            self._verl_next += len(new_groups)  # the next submission continues the rotation
         for gi in new_groups:
             for r in self.groups[gi].members:
                 self._enqueue(r)
@@ -208,16 +236,20 @@ class Scheduler:
         t = self._table
         t.running[rep] -= 1
         t.reserved[rep] -= self._chunk_reserve[r]
-        self._free_slots += 1
+        if t.running[rep] < t.max_running[rep]:
+            self._free_slots += 1
         self._chunk_reserve[r] = 0
         self._kv_replica[r] = rep
         self.generated[r] = gen
-        g = self.groups[self.group_of[r]]
+        gi = self.group_of[r]
+        if self._group_cancelled[gi]:
+            self._terminate(r, _CANCELLED)
+            return False
+        g = self.groups[gi]
         before = (g.log_mean(), g.paper_estimate())
         if finished:
-            self.phase[r] = _FINISHED
-            self._version[r] += 1
-            g.observe_finished(gen)
+            self._terminate(r, _FINISHED)
+            self.population.observe_finished(g, gen)
             g.set_running_max(
                 max(
                     (self.generated[m] for m in g.members if self.phase[m] is not _FINISHED),
@@ -251,6 +283,67 @@ class Scheduler:
             g.observe_progress(generated)
             if self._group_keys_depend and (g.log_mean(), g.paper_estimate()) != before:
                 self._rekey_group(g, skip=-1)
+
+    def cancel(self, group_ids: Sequence[str]) -> list[str]:
+        """Cancel groups: their queued requests end at once (``CANCELLED``); returns the ids of
+        their requests with a chunk in flight, which the caller aborts and reports through
+        ``complete`` (any finish reason; their tokens are dropped and they end ``CANCELLED``).
+        Their KV reservations stay counted until then, so admission never over-commits."""
+        idx = [self._group_index(gid) for gid in group_ids]
+        running: list[str] = []
+        for gi in idx:
+            if self._group_cancelled[gi]:
+                continue
+            self._group_cancelled[gi] = True
+            for r in self.groups[gi].members:
+                if self.phase[r] is _QUEUED:
+                    self._n_queued -= 1
+                    self._terminate(r, _CANCELLED)
+                elif self.phase[r] is _RUNNING:
+                    running.append(self.request_ids[r])
+        return running
+
+    def group_done(self, group_id: str) -> bool:
+        """True when every request of the group is terminal (finished or cancelled)."""
+        return self._group_open[self._group_index(group_id)] == 0
+
+    def release(self, group_id: str) -> None:
+        """Drop a group whose requests are all terminal: its ids become unknown and its slots
+        are reclaimed by the next compaction (what it taught the estimates is kept)."""
+        gi = self._group_index(group_id)
+        if self._group_open[gi]:
+            raise ValueError(
+                f"group {group_id!r} still has {self._group_open[gi]} unfinished requests"
+            )
+        self._group_released[gi] = True
+        del self._group_pos[group_id]
+        g = self.groups[gi]
+        for r in g.members:
+            del self._index[self.request_ids[r]]
+        self._released_slots += len(g.members)
+        if self._released_slots >= max(self._compact_after, len(self.request_ids) // 2):
+            self._compact()
+
+    def set_replica_available(
+        self, replica: int, available: bool, spec: ReplicaSpec | None = None
+    ) -> None:
+        """Take replica index ``replica`` out of rotation (no new chunk goes there; chunks in
+        flight on it are still reported by the caller) or put it back, optionally with a new
+        capacity (a restarted engine may report another KV size)."""
+        if not 0 <= replica < len(self.replicas):
+            raise ValueError(f"replica index {replica} outside [0, {len(self.replicas)})")
+        if spec is not None:
+            if spec.replica_id != self.replicas[replica].replica_id:
+                raise ValueError(
+                    f"replica {replica} is {self.replicas[replica].replica_id!r}, "
+                    f"not {spec.replica_id!r}"
+                )
+            self.replicas[replica] = spec
+            self._table.capacity[replica] = spec.kv_capacity_tokens
+        self._available[replica] = available
+        t = self._table
+        t.max_running[replica] = self.replicas[replica].max_running if available else 0
+        self._free_slots = sum(max(0, m - n) for m, n in zip(t.max_running, t.running, strict=True))
 
     # ------------------------------------------------------------------ decisions
     def schedule(self) -> list[ChunkDecision]:
@@ -290,12 +383,20 @@ class Scheduler:
 
     def _schedule_verl(self) -> list[ChunkDecision]:
         out: list[ChunkDecision] = []
+        live = [i for i, ok in enumerate(self._available) if ok]
+        if not live:
+            return out
         while self._fifo:
             r, stamp = self._fifo.popleft()
             if stamp != self._stamp[r] or self.phase[r] is not _QUEUED:
                 continue
             self._take(r)
-            rep = self._group_replica[self.group_of[r]]
+            gi = self.group_of[r]
+            rep = self._group_replica[gi]
+            if not self._available[rep]:  # its replica left rotation: the group moves, whole
+                rep = live[self._verl_next % len(live)]
+                self._verl_next += 1
+                self._group_replica[gi] = rep
             budget = self._max_tokens[r] - self.generated[r]
             need = self._prompt[r] + self._max_tokens[r]
             out.append(self._dispatch(r, rep, budget, need, self._kv_replica[r]))
@@ -303,9 +404,10 @@ class Scheduler:
 
     def _dispatch(self, r: int, rep: int, budget: int, need: int, kv: int) -> ChunkDecision:
         t = self._table
+        if t.running[rep] < t.max_running[rep]:
+            self._free_slots -= 1
         t.running[rep] += 1
         t.reserved[rep] += need
-        self._free_slots -= 1
         self._dispatches += 1
         self.phase[r] = _RUNNING
         self._version[r] += 1
@@ -382,6 +484,81 @@ class Scheduler:
         self._n_queued -= 1
         return r
 
+    def _terminate(self, r: int, phase: RequestPhase) -> None:
+        self.phase[r] = phase
+        self._version[r] += 1
+        self._n_open -= 1
+        self._group_open[self.group_of[r]] -= 1
+
+    def _compact(self) -> None:
+        """Drop released groups from every array, keeping the order of the rest (submission
+        order breaks ties), and rebuild the queues from the live entries."""
+        keep_g = [gi for gi, rel in enumerate(self._group_released) if not rel]
+        keep_r = [r for gi in keep_g for r in self.groups[gi].members]
+        keep_r.sort()
+        new_r = {r: k for k, r in enumerate(keep_r)}
+        new_g = {gi: k for k, gi in enumerate(keep_g)}
+
+        def take(xs: list[_T]) -> list[_T]:
+            return [xs[r] for r in keep_r]
+
+        self.request_ids = take(self.request_ids)
+        self.group_of = [new_g[self.group_of[r]] for r in keep_r]
+        self.generated = take(self.generated)
+        self.phase = take(self.phase)
+        self.is_probe = take(self.is_probe)
+        self._max_tokens = take(self._max_tokens)
+        self._prompt = take(self._prompt)
+        self._version = take(self._version)
+        self._stamp = take(self._stamp)
+        self._kv_replica = take(self._kv_replica)
+        self._chunk_replica = take(self._chunk_replica)
+        self._chunk_budget = take(self._chunk_budget)
+        self._chunk_reserve = take(self._chunk_reserve)
+        self._oracle = take(self._oracle)
+        if self.oracle_lengths is not None:
+            self.oracle_lengths = self._oracle
+        self._index = {rid: k for k, rid in enumerate(self.request_ids)}
+
+        def keep_groups(xs: list[_T]) -> list[_T]:
+            return [xs[gi] for gi in keep_g]
+
+        self.group_ids = keep_groups(self.group_ids)
+        self._group_pos = {gid: k for k, gid in enumerate(self.group_ids)}
+        self.groups = keep_groups(self.groups)
+        for g in self.groups:
+            g.members = [new_r[r] for r in g.members]
+        self._group_replica = keep_groups(self._group_replica)
+        self._group_open = keep_groups(self._group_open)
+        self._group_cancelled = keep_groups(self._group_cancelled)
+        self._group_released = [False] * len(keep_g)
+        self._released_slots = 0
+        # Queues: live entries only, same order.
+        self._fifo = deque(
+            (new_r[r], st) for r, st in self._fifo if r in new_r and st == self._stamp[new_r[r]]
+        )
+        self._probes = [
+            (gen, new_r[r], ver)
+            for gen, r, ver in self._probes
+            if r in new_r and ver == self._version[new_r[r]]
+        ]
+        heapq.heapify(self._probes)
+        self._heap = [
+            (key, new_r[r], ver)
+            for key, r, ver in self._heap
+            if r in new_r and ver == self._version[new_r[r]]
+        ]
+        heapq.heapify(self._heap)
+        self._explore = [
+            (key, new_r[r], ver)
+            for key, r, ver in self._explore
+            if r in new_r and ver == self._version[new_r[r]]
+        ]
+        heapq.heapify(self._explore)
+        if self._order is fifo_key:  # the only key that is the request index: renumber
+            self._heap = [(float(r), r, ver) for _, r, ver in self._heap]
+            heapq.heapify(self._heap)
+
     def _rekey_group(self, g: GroupStats, skip: int) -> None:
         for r in g.members:
             if r != skip and self.phase[r] is _QUEUED and not self.is_probe[r]:
@@ -390,7 +567,7 @@ class Scheduler:
 
     def _rekey_all(self) -> None:
         self._since_rekey = 0
-        self.population.refresh(self.groups)
+        self.population.refresh()
         self._heap = []
         self._explore = []
         order = self._order
@@ -410,6 +587,12 @@ class Scheduler:
         except KeyError:
             raise ValueError(f"unknown request {request_id!r}") from None
 
+    def _group_index(self, group_id: str) -> int:
+        try:
+            return self._group_pos[group_id]
+        except KeyError:
+            raise ValueError(f"unknown group {group_id!r}") from None
+
     @property
     def num_queued(self) -> int:
         return self._n_queued
@@ -423,8 +606,23 @@ class Scheduler:
         return self._n_finished
 
     @property
+    def num_dispatched(self) -> int:
+        """Chunk decisions made so far."""
+        return self._dispatches
+
+    @property
+    def num_open(self) -> int:
+        """Requests not yet finished or cancelled."""
+        return self._n_open
+
+    @property
+    def num_held(self) -> int:
+        """Request slots in the arrays (open + terminal until released and compacted)."""
+        return len(self.request_ids)
+
+    @property
     def done(self) -> bool:
-        return self._n_finished == len(self.request_ids)
+        return self._n_open == 0
 
     def request_phase(self, request_id: str) -> RequestPhase:
         return self.phase[self._lookup(request_id)]

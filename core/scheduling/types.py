@@ -12,11 +12,14 @@ from enum import StrEnum
 
 
 class RequestPhase(StrEnum):
-    """Lifecycle of one request inside the scheduler: QUEUED <-> RUNNING -> FINISHED."""
+    """Lifecycle of one request inside the scheduler: QUEUED <-> RUNNING -> FINISHED, and
+    QUEUED -> CANCELLED or RUNNING -> (chunk reported) -> CANCELLED when its group is cancelled.
+    FINISHED and CANCELLED are terminal."""
 
     QUEUED = "queued"  # waiting for its next chunk to be dispatched
     RUNNING = "running"  # one chunk is in flight on a replica
     FINISHED = "finished"  # EOS or its own max_tokens reached
+    CANCELLED = "cancelled"  # its group was cancelled; no chunk of it is in flight
 
 
 @dataclass(frozen=True, slots=True)

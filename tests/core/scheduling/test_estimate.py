@@ -53,14 +53,19 @@ def test_context_estimate_uses_evidence_and_prior() -> None:
 
 def test_population_sigma_learns_within_group_spread() -> None:
     pop = PopulationStats(prior_sigma=1.0, prior_dof=1.0)
-    groups = []
     for base in (100, 1000, 5000):
         g = GroupStats(cap=100_000)
         for f in (0.9, 1.1) * 20:
-            g.observe_finished(int(base * f))
-        groups.append(g)
-    pop.refresh(groups)
+            pop.observe_finished(g, int(base * f))
+        assert g.n_finished == 40
+    assert pop.sigma == 1.0  # until refreshed
+    pop.refresh()
     assert pop.sigma < 0.2
+    # the running sums equal the within-group sum of squares computed from scratch
+    one = math.log(90), math.log(110)
+    mean = sum(one) / 2
+    assert pop.dof == 3 * 39
+    assert pop.ss == pytest.approx(3 * 20 * sum((x - mean) ** 2 for x in one), rel=1e-3)
 
 
 def test_dict_prior_rejects_bad_lengths() -> None:
