@@ -1,46 +1,83 @@
-"""HTTP schema of the rollout API (pydantic; unknown fields are rejected with 422)."""
+"""HTTP schema of the rollout API (pydantic).
+
+Every request model is strict: unknown fields, strings for numbers, booleans for ids and
+NaN/Infinity are rejected with 422 naming the field (never coerced, never a 500).
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.engine import SamplingParams
+
+#: Strictness shared by every model that a client sends.
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+#: Token ids of a prompt: non-negative ints (booleans are not ids).
+TokenIds = list[int]
 
 
 class RolloutRequest(BaseModel):
     """A batch of prompts; every prompt becomes a group of ``group_size`` sampled responses."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
-    prompts: list[str | list[int]] = Field(
+    prompts: list[str | TokenIds] = Field(
         min_length=1,
         max_length=4096,
         description="text prompts, or prompts already tokenized (lists of token ids)",
     )
+    prompt_ids: list[str] | None = Field(
+        None,
+        description="optional caller id of each prompt, stable across RL iterations (same length "
+        "as prompts; 1-256 characters each); returned with its group",
+    )
     group_size: int = Field(ge=1, le=256, description="responses per prompt (G)")
-    max_tokens: int = Field(ge=1, description="cap on generated tokens per response")
+    max_tokens: int = Field(ge=1, le=1_048_576, description="cap on generated tokens per response")
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     logprobs: bool = Field(True, description="return the logprob of every generated token")
     chat_template: bool = Field(
         True, description="wrap text prompts as one user turn of the model's chat template"
     )
     policy: str | None = Field(
-        None, description="scheduling policy for this rollout (default: the app's policy)"
+        None,
+        description="scheduling policy the caller expects; must be the one the service runs "
+        "(GET /healthz shows it), else 422",
     )
+    wait: bool = Field(
+        False,
+        description="false: answer 202 with the job's URLs at once; true: answer when the "
+        "rollout is done, with every group (the one-call form)",
+    )
+
+    @field_validator("prompt_ids")
+    @classmethod
+    def _ids_shape(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        for i, x in enumerate(v):
+            if not 1 <= len(x) <= 256:
+                raise ValueError(f"prompt_ids[{i}] has {len(x)} characters; need 1-256")
+        return v
 
 
 class Response(BaseModel):
-    index: int
+    index: int = Field(description="position of this response in its group (0..G-1)")
     token_ids: list[int]
     text: str
     logprobs: list[float] | None
-    finish_reason: str
+    finish_reason: str = Field(description="stop | length")
     length: int
+    chunks: int = Field(description="chunks (engine calls) that generated it")
+    replicas: list[str] = Field(description="engine replicas that ran its chunks, in order")
 
 
 class GroupResult(BaseModel):
     group_id: str
     prompt_index: int
+    prompt_id: str | None = Field(description="the caller's prompt id, if given")
     prompt_token_ids: list[int]
     responses: list[Response]
 
@@ -59,3 +96,46 @@ class RolloutResponse(BaseModel):
     policy: str
     groups: list[GroupResult]
     stats: RolloutStats
+
+
+class JobState(StrEnum):
+    """Lifecycle of a rollout job: QUEUED -> RUNNING -> DONE | FAILED | CANCELLED."""
+
+    QUEUED = "queued"  # accepted, waiting for the scheduler (e.g. a policy switch pending)
+    RUNNING = "running"  # its groups are in the scheduler
+    DONE = "done"  # every group finished
+    FAILED = "failed"  # cannot finish (``error`` says why); its running chunks were aborted
+    CANCELLED = "cancelled"  # DELETE /v1/rollouts/{id}, a timeout, or a shutdown
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+class JobAccepted(BaseModel):
+    id: str
+    status_url: str
+    groups_url: str
+
+
+class JobProgress(BaseModel):
+    groups: int
+    groups_done: int
+    requests: int
+    requests_done: int
+    output_tokens: int
+    elapsed_s: float
+    estimated_remaining_s: float | None = Field(
+        description="time left at the current token rate and the groups' estimated lengths "
+        "(None until there is evidence)"
+    )
+
+
+class JobStatus(BaseModel):
+    id: str
+    state: JobState
+    policy: str
+    error: str | None
+    created_at: float = Field(description="Unix time the job was accepted")
+    finished_at: float | None
+    progress: JobProgress

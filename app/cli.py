@@ -27,4 +27,7 @@ replay.register(cli)
 
 
 def main() -> None:
+    from app.env import DRIVER_ENV, apply
+
+    apply(DRIVER_ENV)  # before any command imports Ray or transformers
     cli()

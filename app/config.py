@@ -1,4 +1,9 @@
-"""Configuration of the Serve application (the ``args`` of serve_config.yaml)."""
+"""Configuration of the Serve application (the ``args`` of serve_config.yaml).
+
+``AppConfig`` = ``ServiceConfig`` (fixed for the life of the deployments) + ``policy`` (the
+scheduler deployment's ``user_config``: changing it reconfigures the running scheduler, nothing
+restarts).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.engines.config import EngineConfig
 from core.scheduling.config import DEFAULT_CHUNK_TOKENS, SchedulerConfig
-from core.scheduling.policies import POLICIES
+from core.scheduling.policies import POLICIES, PolicyPlan, get_policy
 
 
 def _servable(name: str) -> bool:
@@ -16,16 +21,39 @@ def _servable(name: str) -> bool:
     return not (plan.speculate or plan.uses_prior or plan.config.ordering.startswith("oracle"))
 
 
-#: Policies of ``core.scheduling.policies`` the Serve app accepts (derived, never listed by hand).
+#: Policies of ``core.scheduling.policies`` the Serve app runs (derived, never listed by hand).
 SERVICE_POLICIES = tuple(name for name in POLICIES if _servable(name))
 
 
-class AppConfig(BaseModel):
+class ServiceLimits(BaseModel):
+    """Admission limits. A job larger than a per-job limit is refused with 422 (it could never
+    be admitted); a job that would push the service over a total gets 429 + Retry-After."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_open_jobs: int = Field(64, ge=1, le=100_000, description="jobs queued or running")
+    max_open_requests: int = Field(
+        65_536, ge=1, le=10_000_000, description="requests (responses) of open jobs, in total"
+    )
+    max_open_tokens: int = Field(
+        2**31, ge=1, le=2**40, description="sum over open jobs of requests x max_tokens"
+    )
+    max_job_requests: int = Field(
+        16_384, ge=1, le=10_000_000, description="requests (prompts x group_size) of one job"
+    )
+    max_job_tokens: int = Field(
+        2**28, ge=1, le=2**40, description="requests x max_tokens of one job"
+    )
+    retry_after_s: int = Field(5, ge=1, le=3600, description="Retry-After sent with 429")
+
+
+class ServiceConfig(BaseModel):
+    """Everything but the policy: changing any of it restarts the deployments."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_replicas: int = Field(2, ge=1, le=256, description="engine replicas (one engine each)")
     engine: EngineConfig = Field(default_factory=EngineConfig)
-    policy: str = Field("verl", description="default scheduling policy (SERVICE_POLICIES)")
     chunk_tokens: int = Field(
         DEFAULT_CHUNK_TOKENS,
         ge=1,
@@ -36,8 +64,81 @@ class AppConfig(BaseModel):
         0.5, gt=0, le=64, description="Ray CPUs reserved per engine replica (<= 0.5 on 2 cores)"
     )
     request_timeout_s: float = Field(
-        3600.0, gt=0, le=86_400, description="a rollout that takes longer fails with 504"
+        3600.0,
+        gt=0,
+        le=86_400,
+        description="a job older than this is cancelled (504 for a waiting caller)",
     )
+    job_ttl_s: float = Field(
+        600.0, ge=0, le=604_800, description="finished jobs stay readable this long"
+    )
+    replica_call_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description="bound on a health probe or abort sent to one replica (a dead replica is "
+        "not waited for longer)",
+    )
+    health_period_s: float = Field(
+        2.0, gt=0, le=600, description="replica health probes are this far apart"
+    )
+    max_replica_failures: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="a replica that loses chunks this many times within failure_window_s is "
+        "taken out of rotation for good (health state 'failed')",
+    )
+    failure_window_s: float = Field(600.0, gt=0, le=86_400)
+    max_chunk_retries: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="a request whose chunks were lost to failed replicas more often fails its job",
+    )
+    shutdown_grace_s: float = Field(
+        30.0, ge=0, le=3600, description="on SIGTERM, running jobs get this long to finish"
+    )
+    limits: ServiceLimits = Field(default_factory=ServiceLimits)
+
+    def scheduler_base(self) -> SchedulerConfig:
+        # No KV pool between replicas here: moving a long request would recompute its whole
+        # context, so the simulator's rebalancing of long requests is off.
+        return SchedulerConfig(chunk_tokens=self.chunk_tokens, rebalance_tokens=0)
+
+    def resolve_policy(self, name: str) -> PolicyPlan:
+        """The policy object of ``name``; ValueError naming the valid names."""
+        if name not in SERVICE_POLICIES:
+            raise ValueError(
+                f"policy {name!r} cannot run in the service; valid: {', '.join(SERVICE_POLICIES)}"
+            )
+        return get_policy(name, self.scheduler_base())
+
+
+class AppConfig(ServiceConfig):
+    policy: str = Field(
+        "verl",
+        description="scheduling policy of the service (SERVICE_POLICIES); live-changeable",
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        if v not in SERVICE_POLICIES:
+            raise ValueError(f"unknown policy {v!r}; valid names: {', '.join(SERVICE_POLICIES)}")
+        return v
+
+    def service(self) -> ServiceConfig:
+        return ServiceConfig.model_validate(self.model_dump(exclude={"policy"}))
+
+
+class SchedulerUserConfig(BaseModel):
+    """The scheduler deployment's ``user_config`` (live: ``serve deploy`` / ``serve.run`` with a
+    new value calls ``reconfigure``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: str = Field("verl", description="scheduling policy (SERVICE_POLICIES)")
 
     @field_validator("policy")
     @classmethod

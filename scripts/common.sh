@@ -6,12 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 
-export RAY_AUTH_MODE=disabled
-export RAY_USAGE_STATS_ENABLED=0
-export HF_HUB_OFFLINE=1
-export TRANSFORMERS_OFFLINE=1
-export VLLM_CPU_NUM_OF_RESERVED_CPU=0
-export TOKENIZERS_PARALLELISM=false
+# Environment variables (Ray, offline hub, vLLM on CPU) are set by the Python entry points
+# themselves, in one place: app/env.py.
 
 say() { printf '\033[1m[seer]\033[0m %s\n' "$*" >&2; }
 

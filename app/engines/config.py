@@ -26,3 +26,6 @@ class EngineConfig(BaseModel):
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1.0, description="GPU only")
     seed: int = Field(0, ge=0, description="engine RNG seed")
     start_timeout_s: float = Field(600.0, gt=0, le=7200, description="engine start deadline")
+    fake_step_s: float = Field(
+        0.001, ge=0, le=10, description="fake backend only: seconds per generated token"
+    )

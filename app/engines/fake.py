@@ -20,11 +20,25 @@ EOS = 2
 VOCAB = 512
 
 
-class FakeEngine:
-    step_s: float = 0.001
+class FakeCodec:
+    """One character per token (ids are code points below ``VOCAB``)."""
 
+    vocab_size = VOCAB
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        pass
+
+    def encode(self, text: str, chat: bool) -> list[int]:
+        return [min(ord(c), VOCAB - 1) for c in (f"<u>{text}<a>" if chat else text)]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return "".join(chr(t) for t in token_ids if t != EOS)
+
+
+class FakeEngine:
     def __init__(self, config: EngineConfig, replica_id: str = "replica-0") -> None:
         self.config = config
+        self.step_s = config.fake_step_s
         self.replica_id = replica_id
         self._started = False
         self._aborted: set[str] = set()
@@ -42,14 +56,21 @@ class FakeEngine:
         return VOCAB
 
     def encode(self, text: str, chat: bool) -> list[int]:
-        return [min(ord(c), VOCAB - 1) for c in (f"<u>{text}<a>" if chat else text)]
+        return FakeCodec().encode(text, chat)
 
     def decode(self, token_ids: list[int]) -> str:
-        return "".join(chr(t) for t in token_ids if t != EOS)
+        return FakeCodec().decode(token_ids)
 
     def load(self) -> EngineLoad:
         n = len(self._running)
-        return EngineLoad(replica_id=self.replica_id, running=n, chunks_in_flight=n)
+        c = self.config
+        return EngineLoad(
+            replica_id=self.replica_id,
+            running=n,
+            chunks_in_flight=n,
+            kv_capacity_tokens=c.max_model_len * c.max_num_seqs,
+            max_running=c.max_num_seqs,
+        )
 
     def _next(self, context: list[int], seed: int) -> tuple[int, float]:
         h = hashlib.blake2b(repr((seed, context[-8:], len(context))).encode(), digest_size=4)

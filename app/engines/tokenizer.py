@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from app.engines.config import EngineConfig
+
 
 class Tokenizer:
+    """The model's HF tokenizer (blocking to build: call from a thread in async code)."""
+
     def __init__(self, model_path: Path) -> None:
         from transformers import AutoTokenizer
 
         self._tok: Any = AutoTokenizer.from_pretrained(model_path)
+        # The model's embedding rows, as vLLM counts them (may exceed the tokenizer's length).
+        config = json.loads((model_path / "config.json").read_text())
+        self.vocab_size = int(config.get("vocab_size") or len(self._tok))
+
+    @classmethod
+    def for_engine(cls, config: EngineConfig) -> Tokenizer:
+        from app.models import resolve_model
+
+        return cls(resolve_model(config.model))
 
     def encode(self, text: str, chat: bool) -> list[int]:
         if chat and getattr(self._tok, "chat_template", None):

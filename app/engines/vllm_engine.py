@@ -9,21 +9,16 @@ when the request's own ``max_tokens`` or the context limit is reached, else ``ch
 from __future__ import annotations
 
 import asyncio
-import math
-import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from app.engines.config import EngineConfig
 from app.engines.tokenizer import Tokenizer
+from app.env import apply_engine_env
 from app.models import resolve_model
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
-
-_CPU_ENV = {
-    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-    "HF_HUB_OFFLINE": "1",
-}
 
 
 def _on_cpu() -> bool:
@@ -48,6 +43,8 @@ class _LoadRecorder:
                 pass
 
             def record(self, scheduler_stats: Any, iteration_stats: Any, *a: Any, **k: Any) -> None:
+                if iteration_stats is not None:
+                    sink["preemptions"] += iteration_stats.num_preempted_reqs
                 if scheduler_stats is not None:
                     sink["running"] = scheduler_stats.num_running_reqs
                     sink["waiting"] = scheduler_stats.num_waiting_reqs
@@ -75,6 +72,7 @@ class VllmEngine:
             "kv_usage": 0.0,
             "prefix_queries": 0,
             "prefix_hits": 0,
+            "preemptions": 0,
         }
         self._kv_capacity_tokens = 0
         self._running: dict[str, str] = {}  # request_id -> engine request id
@@ -87,13 +85,22 @@ class VllmEngine:
             await asyncio.wait_for(self._start(), timeout=self.config.start_timeout_s)
 
     async def _start(self) -> None:
+        # Model resolution, torch/vLLM imports and the engine build block for tens of seconds:
+        # they run in a thread so that start_timeout_s can fire.
+        engine, model_path = await asyncio.to_thread(self._build)
+        cache = engine.vllm_config.cache_config
+        blocks = cache.num_gpu_blocks or 0
+        self._kv_capacity_tokens = int(blocks * cache.block_size)
+        self._tokenizer = await asyncio.to_thread(Tokenizer, model_path)
+        self._engine = engine
+        await self._warm_up()
+
+    def _build(self) -> tuple[Any, Path]:
+        """Build the AsyncLLM (blocking; called in a thread, outside the event loop: vLLM starts
+        its output handler lazily on the first request)."""
         model_path = resolve_model(self.config.model)
         cpu = _on_cpu()
-        if cpu:
-            for k, v in _CPU_ENV.items():
-                os.environ.setdefault(k, v)
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(self.config.kv_cache_gib)))
-            os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        apply_engine_env(cpu, self.config.kv_cache_gib)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -113,12 +120,7 @@ class VllmEngine:
             kwargs["gpu_memory_utilization"] = self.config.gpu_memory_utilization
         args = AsyncEngineArgs(**kwargs)
         engine = AsyncLLM.from_engine_args(args, stat_loggers=[_LoadRecorder(self._stats)])
-        cache = engine.vllm_config.cache_config
-        blocks = cache.num_gpu_blocks or 0
-        self._kv_capacity_tokens = int(blocks * cache.block_size)
-        self._tokenizer = Tokenizer(model_path)
-        self._engine = engine
-        await self._warm_up()
+        return engine, model_path
 
     async def _warm_up(self) -> None:
         """A few tiny generations so the first real rollout does not pay the first-step costs."""
@@ -164,8 +166,10 @@ class VllmEngine:
             chunks_in_flight=len(self._running),
             prefix_cache_queries=int(self._stats["prefix_queries"]),
             prefix_cache_hits=int(self._stats["prefix_hits"]),
-            kv_usage=min(1.0, max(0.0, float(self._stats["kv_usage"]))),
+            kv_usage=float(self._stats["kv_usage"]),
             kv_capacity_tokens=self._kv_capacity_tokens,
+            max_running=self.config.max_num_seqs,
+            preemptions=int(self._stats["preemptions"]),
         )
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
@@ -181,8 +185,7 @@ class VllmEngine:
             temperature=s.temperature,
             top_p=s.top_p,
             top_k=s.top_k,
-            # Each chunk re-seeds; offset by position so chunks draw fresh randomness.
-            seed=None if s.seed is None else s.seed + len(request.generated_token_ids),
+            seed=s.chunk_seed(len(request.generated_token_ids)),
             max_tokens=budget,
             logprobs=0 if request.logprobs else None,
             detokenize=False,

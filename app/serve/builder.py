@@ -2,24 +2,54 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, cast
 
+from pydantic import BaseModel
 from ray.serve import Application
 
 from app.config import AppConfig
 from app.serve.engine_replica import EngineReplica
 from app.serve.ingress import Ingress
+from app.serve.scheduler import SeerScheduler
+
+
+def replica_ids(config: AppConfig) -> list[str]:
+    return [f"replica-{i}" for i in range(config.num_replicas)]
+
+
+def _versioned(deployment: Any, *parts: object) -> Any:
+    """``deployment`` with a version that changes exactly when its constructor arguments
+    change, so that ``serve.run`` again with only another ``policy`` reconfigures the scheduler
+    instead of restarting every replica (Python-API deploys otherwise get a random version each
+    time; config-file deploys hash the import path). ``Deployment.options(version=)`` is gone
+    from Ray 2.60, so the attribute Serve reads is set (tests/app/test_service.py checks that a
+    policy change restarts nothing)."""
+    text = "|".join(p.model_dump_json() if isinstance(p, BaseModel) else repr(p) for p in parts)
+    deployment._version = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return deployment
 
 
 def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
-    """Ingress + ``num_replicas`` engine replicas, each its own named deployment so that the
-    scheduler can address replicas one by one (a Serve handle would pick one at random)."""
+    """Ingress -> SeerScheduler -> ``num_replicas`` engine replicas, each its own named
+    deployment so that the scheduler addresses replicas one by one (its choice always wins).
+    The policy is the scheduler's ``user_config``: a new value reconfigures it live."""
     config = args if isinstance(args, AppConfig) else AppConfig.model_validate(args or {})
+    service = config.service()
     replica = cast(Any, EngineReplica)  # @serve.deployment hides .options/.bind from mypy
+    ids = replica_ids(config)
     engines = [
-        replica.options(
-            name=f"engine-{i}", ray_actor_options={"num_cpus": config.replica_num_cpus}
-        ).bind(config.engine, f"replica-{i}")
-        for i in range(config.num_replicas)
+        _versioned(
+            replica.options(
+                name=f"engine-{i}", ray_actor_options={"num_cpus": config.replica_num_cpus}
+            ),
+            config.engine,
+            rid,
+        ).bind(config.engine, rid)
+        for i, rid in enumerate(ids)
     ]
-    return cast(Application, cast(Any, Ingress).bind(config, engines))
+    scheduler = _versioned(
+        cast(Any, SeerScheduler).options(user_config={"policy": config.policy}), service, ids
+    )
+    ingress = _versioned(cast(Any, Ingress).options(), service)
+    return cast(Application, ingress.bind(service, scheduler.bind(service, engines, ids)))

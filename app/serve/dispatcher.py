@@ -1,116 +1,580 @@
-"""Drive one ``core.scheduling.Scheduler`` against engine replicas until every request ends.
+"""The long-lived dispatcher: one core ``Scheduler`` for every rollout job, driven against the
+engine replicas by one loop (plain asyncio; the ``SeerScheduler`` deployment wraps it).
 
-Invariant: a request has at most one chunk in flight; a chunk's tokens are appended to the
-request before the scheduler hears of them, so the next chunk continues exactly where the last
-one stopped (prompt + generated tokens are re-submitted; prefix caching makes that cheap). The
-loop wakes only when a chunk completes (no polling). On any failure every chunk still in flight
-is cancelled and aborted on its replica before the error propagates.
+Invariants:
+- One loop owns the scheduler. It wakes only when a chunk completes, a job arrives or is
+  cancelled, a replica changes state, or a housekeeping tick is due; it never sleep-polls.
+- A request has at most one chunk in flight; a chunk's tokens are appended to its run before the
+  scheduler hears of them, so the next chunk continues exactly where the last one stopped.
+- Every request completes exactly once: a chunk lost to an unreachable replica is reported to
+  the scheduler as aborted with no new tokens and re-dispatched to a live replica, continuing
+  from the tokens its earlier chunks returned; results of a cancelled job are dropped.
+- Admission is global (the scheduler's KV reservations span every job), so concurrent jobs never
+  oversubscribe a replica under the divided policies.
+- Every call to a replica other than a running chunk (health probe, abort) is bounded by
+  ``replica_call_timeout_s``: a dead replica is never waited for longer.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
 
-from core.engine import ChunkRequest, ChunkResult, FinishReason, SamplingParams
+from pydantic import BaseModel
+
+from app.api import GroupResult, JobState, JobStatus
+from app.config import ServiceConfig
+from app.rollout import JobPlan, RequestRun, assemble_group
+from app.serve.jobs import Job, JobError
+from app.serve.metrics import ServiceMetrics
+from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+from core.scheduling.policies import PolicyPlan
 from core.scheduling.scheduler import Scheduler
-from core.scheduling.types import ChunkDecision, GroupSpec
+from core.scheduling.types import ChunkDecision, ReplicaSpec
+from core.sim.simulator import tail_time
 
-#: run_chunk(replica index, chunk) -> result
-RunChunk = Callable[[int, ChunkRequest], Awaitable[ChunkResult]]
-#: abort(replica index, request id)
-Abort = Callable[[int, str], Awaitable[object]]
+log = logging.getLogger("seer.dispatcher")
+
+
+class ReplicaUnavailable(RuntimeError):
+    """The replica could not run the call (its process died, it is restarting, it timed out)."""
+
+
+class EngineLinks(Protocol):
+    """How the dispatcher reaches the engine replicas, by index."""
+
+    @property
+    def replica_ids(self) -> Sequence[str]: ...
+
+    async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult: ...
+
+    async def abort(self, replica: int, request_id: str) -> bool: ...
+
+    async def load(self, replica: int) -> EngineLoad: ...
+
+
+class ReplicaState(StrEnum):
+    """STARTING -> HEALTHY <-> DOWN; any -> FAILED (kept out of rotation for good)."""
+
+    STARTING = "starting"  # has not answered a health probe yet
+    HEALTHY = "healthy"  # in rotation
+    DOWN = "down"  # lost a chunk or missed a probe; back in rotation once it answers again
+    FAILED = "failed"  # lost chunks max_replica_failures times within failure_window_s
+
+
+class ReplicaHealth(BaseModel):
+    replica_id: str
+    state: ReplicaState
+    since: float
+    failures: int
+    error: str | None
+    load: EngineLoad | None
+    reserved_kv_tokens: int
 
 
 @dataclass
-class RequestRun:
-    """One response being generated: its inputs and what its chunks produced so far."""
-
-    group_id: str
-    prompt: list[int]
-    max_tokens: int
-    sampling: SamplingParams
-    logprobs: bool
-    tokens: list[int] = field(default_factory=list)
-    token_logprobs: list[float] = field(default_factory=list)
-    finish: FinishReason | None = None
-    chunks: int = 0
+class _Replica:
+    replica_id: str
+    state: ReplicaState = ReplicaState.STARTING
+    since: float = field(default_factory=time.time)
+    failures: deque[float] = field(default_factory=deque)
+    error: str | None = None
+    load: EngineLoad | None = None
 
 
-class DispatchError(RuntimeError):
-    """The scheduler and the engines cannot make progress (the message says why)."""
+@dataclass
+class _InFlight:
+    decision: ChunkDecision
+    job: Job
+    run: RequestRun
+    started: float
 
 
-def _chunk(decision: ChunkDecision, run: RequestRun) -> ChunkRequest:
-    if decision.generated != len(run.tokens):
-        raise DispatchError(
-            f"request {decision.request_id}: scheduler continues at {decision.generated} tokens "
-            f"but {len(run.tokens)} were generated"
+class Dispatcher:
+    """Jobs in, chunks out to replicas, results back into jobs (see the module invariants)."""
+
+    def __init__(
+        self,
+        links: EngineLinks,
+        config: ServiceConfig,
+        plan: PolicyPlan,
+        metrics: ServiceMetrics | None = None,
+    ) -> None:
+        self.links = links
+        self.config = config
+        self.metrics = metrics or ServiceMetrics()
+        self.plan = plan
+        self._pending_plan: PolicyPlan | None = None
+        self.replicas = [_Replica(rid) for rid in links.replica_ids]
+        self.scheduler = self._new_scheduler(plan)
+        self.jobs: dict[str, Job] = {}
+        self._inbox: deque[Job] = deque()
+        self._completed: deque[tuple[_InFlight, ChunkResult | BaseException]] = deque()
+        self._in_flight: dict[str, _InFlight] = {}  # request id -> its chunk
+        self._group_job: dict[str, Job] = {}  # group id -> its job, while in the scheduler
+        self._open: set[str] = set()  # ids of jobs not yet terminal
+        self._next_expiry = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()  # set while no job is open
+        self._quiet = asyncio.Event()  # set while no chunk is in flight
+        self.accepting = True
+        self._loop_task: asyncio.Task[None] | None = None
+        self._health_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the dispatch loop and the health probes (call inside the event loop)."""
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._run())
+            self._health_task = asyncio.create_task(self._probe_forever())
+
+    async def close(self) -> None:
+        for task in (self._loop_task, self._health_task, *self._tasks):
+            if task is not None:
+                task.cancel()
+        for task in (self._loop_task, self._health_task):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    def _new_scheduler(self, plan: PolicyPlan) -> Scheduler:
+        specs = [self._spec(i) for i in range(len(self.replicas))]
+        s = Scheduler(plan.config, specs)
+        for i, rep in enumerate(self.replicas):
+            if rep.state is not ReplicaState.HEALTHY:
+                s.set_replica_available(i, False)
+        return s
+
+    def _spec(self, i: int) -> ReplicaSpec:
+        """Capacity of replica i from its last load report (engine config until it answers)."""
+        eng = self.config.engine
+        load = self.replicas[i].load
+        kv = load.kv_capacity_tokens if load is not None else 0
+        running = load.max_running if load is not None else 0
+        return ReplicaSpec(
+            self.replicas[i].replica_id,
+            kv or eng.max_model_len * eng.max_num_seqs,
+            running or eng.max_num_seqs,
         )
-    return ChunkRequest(
-        request_id=decision.request_id,
-        group_id=run.group_id,
-        prompt_token_ids=run.prompt,
-        generated_token_ids=list(run.tokens),
-        max_new_tokens=decision.max_new_tokens,
-        max_tokens=run.max_tokens,
-        sampling=run.sampling,
-        logprobs=run.logprobs,
-        priority=decision.priority,
-    )
 
+    # ------------------------------------------------------------------ policy
+    @property
+    def policy(self) -> str:
+        """The policy new jobs run under (a pending switch counts as running)."""
+        return (self._pending_plan or self.plan).name
 
-async def _await(result: Awaitable[ChunkResult]) -> ChunkResult:
-    return await result
+    def set_policy(self, plan: PolicyPlan) -> None:
+        """Switch policy: at once when no job is in the scheduler, else when the running jobs
+        are done (jobs submitted meanwhile wait in the queue and run under the new policy)."""
+        if plan == self.plan:
+            self._pending_plan = None
+            return
+        self._pending_plan = plan
+        self._wake.set()
 
+    def _apply_pending_policy(self) -> None:
+        if self._pending_plan is not None and self.scheduler.done and not self._in_flight:
+            self.plan = self._pending_plan
+            self._pending_plan = None
+            self.scheduler = self._new_scheduler(self.plan)
+            log.info("policy is now %s", self.plan.name)
 
-async def run_scheduled(
-    scheduler: Scheduler,
-    groups: Sequence[GroupSpec],
-    runs: dict[str, RequestRun],
-    run_chunk: RunChunk,
-    abort: Abort,
-) -> None:
-    """Submit ``groups`` and run chunks until the scheduler is done; fills ``runs`` in place."""
-    scheduler.submit(groups)
-    in_flight: dict[asyncio.Task[ChunkResult], ChunkDecision] = {}
-    try:
-        while not scheduler.done:
-            for d in scheduler.schedule():
-                chunk = _chunk(d, runs[d.request_id])
-                in_flight[asyncio.create_task(_await(run_chunk(d.replica, chunk)))] = d
-            if not in_flight:
-                raise DispatchError(
-                    f"{scheduler.num_queued} requests are queued but no replica can admit them "
-                    "(a request needs more KV than any replica has)"
-                )
-            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-            for fut in done:
-                d = in_flight.pop(fut)
-                res = fut.result()
-                if res.finish_reason is FinishReason.ABORT:
-                    raise DispatchError(
-                        f"request {d.request_id} was aborted on replica {d.replica}"
-                    )
-                run = runs[d.request_id]
-                run.tokens += res.token_ids
-                if res.logprobs is not None:
-                    run.token_logprobs += res.logprobs
-                run.chunks += 1
-                if scheduler.complete(d.request_id, len(res.token_ids), res.finish_reason):
-                    run.finish = (
-                        FinishReason.STOP
-                        if res.finish_reason is FinishReason.STOP
-                        else FinishReason.LENGTH
-                    )
-    except BaseException:
-        for fut in in_flight:
-            fut.cancel()
-        await asyncio.shield(
-            asyncio.gather(
-                *(abort(d.replica, d.request_id) for d in in_flight.values()),
-                return_exceptions=True,
+    # ------------------------------------------------------------------ jobs
+    def submit(self, plan: JobPlan) -> Job:
+        """Accept a job or raise ``JobError`` (422 too large, 429 over a total, 503 closing)."""
+        if not self.accepting:
+            raise JobError(503, "the service is shutting down; not accepting rollouts")
+        lim = self.config.limits
+        if plan.requests > lim.max_job_requests:
+            raise JobError(
+                422,
+                f"prompts x group_size = {plan.requests} requests exceeds "
+                f"max_job_requests={lim.max_job_requests}",
             )
+        if plan.token_budget > lim.max_job_tokens:
+            raise JobError(
+                422,
+                f"requests x max_tokens = {plan.token_budget} exceeds "
+                f"max_job_tokens={lim.max_job_tokens}",
+            )
+        need = max(len(g.prompt) for g in plan.groups) + plan.max_tokens
+        room = max(self._spec(i).kv_capacity_tokens for i in range(len(self.replicas)))
+        if self.plan.config.divided and need > room:
+            raise JobError(
+                422,
+                f"a response needs up to {need} KV tokens (prompt + max_tokens) but the largest "
+                f"replica holds {room}",
+            )
+        if plan.job_id in self.jobs:
+            raise JobError(409, f"job {plan.job_id!r} exists")
+        open_jobs = [self.jobs[j] for j in self._open]
+        totals = (
+            ("max_open_jobs", len(open_jobs) + 1, lim.max_open_jobs),
+            (
+                "max_open_requests",
+                sum(j.plan.requests for j in open_jobs) + plan.requests,
+                lim.max_open_requests,
+            ),
+            (
+                "max_open_tokens",
+                sum(j.plan.token_budget for j in open_jobs) + plan.token_budget,
+                lim.max_open_tokens,
+            ),
         )
-        raise
+        for name, value, limit in totals:
+            if value > limit:
+                raise JobError(
+                    429,
+                    f"the service is at its limit {name}={limit} (this job would make it "
+                    f"{value}); retry later",
+                    retry_after_s=lim.retry_after_s,
+                )
+        job = Job(plan=plan, policy=self.policy)
+        self.jobs[job.id] = job
+        self._open.add(job.id)
+        self._idle.clear()
+        self._inbox.append(job)
+        self._wake.set()
+        return job
+
+    def get(self, job_id: str) -> Job:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise JobError(
+                404, f"no job {job_id!r} (unknown, or expired after job_ttl_s)"
+            ) from None
+
+    def status(self, job_id: str) -> JobStatus:
+        return self.get(job_id).status(self.metrics.rate(time.time()))
+
+    def cancel(self, job_id: str, error: str | None = None) -> JobStatus:
+        """Cancel a job: queued requests leave at once, running chunks are aborted on their
+        replicas (their capacity is freed as the aborts report). Idempotent."""
+        job = self.get(job_id)
+        self._end(job, JobState.CANCELLED, error)
+        return self.status(job_id)
+
+    async def stream(self, job_id: str) -> AsyncIterator[GroupResult]:
+        """Every group of the job as it finishes, in completion order, until the job ends."""
+        job = self.get(job_id)
+        sent = 0
+        while True:
+            seen = job.version
+            while sent < len(job.results):
+                yield job.results[sent]
+                sent += 1
+            if job.state.terminal:
+                return
+            await job.changed(seen, self.config.request_timeout_s)
+
+    async def wait(self, job_id: str) -> Job:
+        """Until the job is terminal (bounded: a job is cancelled after request_timeout_s)."""
+        job = self.get(job_id)
+        while not job.state.terminal:
+            await job.changed(job.version, self.config.request_timeout_s)
+        return job
+
+    def _end(self, job: Job, state: JobState, error: str | None) -> None:
+        """Make ``job`` terminal; cancel its groups in the scheduler, abort its chunks."""
+        if job.state.terminal:
+            return
+        if job in self._inbox:
+            self._inbox.remove(job)
+        elif job.state is JobState.RUNNING:
+            held = [g.spec.group_id for g in job.plan.groups if g.spec.group_id in self._group_job]
+            for rid in self.scheduler.cancel(held):
+                flight = self._in_flight[rid]
+                self._spawn(self._abort(flight.decision.replica, rid))
+            for gid in held:
+                if self.scheduler.group_done(gid):
+                    self._release(gid)
+        self._finish(job, state, error)
+
+    def _finish(self, job: Job, state: JobState, error: str | None = None) -> None:
+        job.finish(state, error)
+        self._open.discard(job.id)
+        self.metrics.jobs_total.labels(state.value).inc()
+        if state is JobState.DONE:
+            self.metrics.last_tail.set(tail_time(job.finish_times))
+        if not self._open:
+            self._idle.set()
+        self._wake.set()
+
+    def _release(self, group_id: str) -> None:
+        self.scheduler.release(group_id)
+        del self._group_job[group_id]
+
+    # ------------------------------------------------------------------ the loop
+    async def _run(self) -> None:
+        tick = min(self.config.health_period_s, 5.0)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), tick)
+            self._wake.clear()
+            try:
+                self._step()
+            except Exception:  # a bug must not kill the service's only loop silently
+                log.exception("dispatch step failed")
+                for job_id in list(self._open):
+                    self._end(self.jobs[job_id], JobState.FAILED, "internal dispatch error (logs)")
+
+    def _step(self) -> None:
+        now = time.time()
+        while self._completed:
+            flight, outcome = self._completed.popleft()
+            self._on_chunk_done(flight, outcome, now)
+        if now >= self._next_expiry:
+            self._next_expiry = now + 1.0
+            self._expire(now)
+        self._apply_pending_policy()
+        if self._pending_plan is None:
+            while self._inbox:
+                self._admit(self._inbox.popleft(), now)
+        for d in self.scheduler.schedule():
+            self._start_chunk(d, now)
+        if self._in_flight:
+            self._quiet.clear()
+        else:
+            self._quiet.set()
+
+    @property
+    def open_jobs(self) -> int:
+        return len(self._open)
+
+    def _admit(self, job: Job, now: float) -> None:
+        job.policy = self.plan.name
+        self.scheduler.submit(job.plan.specs)
+        for g in job.plan.groups:
+            self._group_job[g.spec.group_id] = job
+        job.state = JobState.RUNNING
+        job.started_at = now
+        job.touch()
+
+    def _start_chunk(self, d: ChunkDecision, now: float) -> None:
+        job = self._group_job[d.group_id]
+        run = job.plan.runs[d.request_id]
+        flight = _InFlight(d, job, run, now)
+        self._in_flight[d.request_id] = flight
+        self.metrics.decisions.inc()
+        self._spawn(self._chunk_task(flight, run.chunk(d)))
+
+    async def _chunk_task(self, flight: _InFlight, chunk: ChunkRequest) -> None:
+        try:
+            outcome: ChunkResult | BaseException = await self.links.run_chunk(
+                flight.decision.replica, chunk
+            )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop, which decides
+            outcome = exc
+        self._completed.append((flight, outcome))
+        self._wake.set()
+
+    def _on_chunk_done(
+        self, flight: _InFlight, outcome: ChunkResult | BaseException, now: float
+    ) -> None:
+        d, job, run = flight.decision, flight.job, flight.run
+        del self._in_flight[d.request_id]
+        self.metrics.chunk_latency.observe(now - flight.started)
+        s = self.scheduler
+        if isinstance(outcome, ReplicaUnavailable):
+            self._replica_lost(d.replica, str(outcome), now)
+            s.complete(d.request_id, 0, FinishReason.ABORT)
+            run.failures += 1
+            if job.state is JobState.RUNNING and run.failures > self.config.max_chunk_retries:
+                self._end(
+                    job,
+                    JobState.FAILED,
+                    f"request {d.request_id} lost {run.failures} chunks to failed replicas "
+                    f"(last: {outcome})",
+                )
+            self._after_request(job, run, d, finished=False)
+            return
+        if isinstance(outcome, BaseException):
+            s.complete(d.request_id, 0, FinishReason.ABORT)
+            self._end(job, JobState.FAILED, f"engine error on request {d.request_id}: {outcome!r}")
+            self._after_request(job, run, d, finished=False)
+            return
+        res = outcome
+        if job.state.terminal:  # a cancelled job's chunk reporting back: free its capacity
+            s.complete(d.request_id, 0, FinishReason.ABORT)
+            self._after_request(job, run, d, finished=False)
+            return
+        rep_id = self.replicas[d.replica].replica_id
+        run.append(rep_id, res.token_ids, res.logprobs)
+        if res.finish_reason is FinishReason.ABORT:  # the engine gave up on it, unasked
+            run.failures += 1
+            if run.failures > self.config.max_chunk_retries:
+                s.complete(d.request_id, len(res.token_ids), res.finish_reason)
+                self._end(job, JobState.FAILED, f"request {d.request_id} aborted by {rep_id}")
+                self._after_request(job, run, d, finished=False)
+                return
+        job.output_tokens += len(res.token_ids)
+        self.metrics.add_tokens(now, len(res.token_ids))
+        finished = s.complete(d.request_id, len(res.token_ids), res.finish_reason)
+        if finished:
+            run.finish = (
+                FinishReason.STOP if res.finish_reason is FinishReason.STOP else FinishReason.LENGTH
+            )
+            job.requests_done += 1
+            job.finish_times.append(now)
+            self.metrics.requests_done.inc()
+        self._after_request(job, run, d, finished)
+
+    def _after_request(self, job: Job, run: RequestRun, d: ChunkDecision, finished: bool) -> None:
+        gid = d.group_id
+        if gid not in self._group_job or not self.scheduler.group_done(gid):
+            if finished:
+                job.touch()
+            return
+        self._release(gid)
+        if job.state.terminal:
+            return
+        job.results.append(assemble_group(job.plan.group(gid)))
+        if len(job.results) == len(job.plan.groups):
+            self._finish(job, JobState.DONE)
+        else:
+            job.touch()
+
+    def _expire(self, now: float) -> None:
+        ttl = self.config.job_ttl_s
+        timeout = self.config.request_timeout_s
+        for job in list(self.jobs.values()):
+            if job.state.terminal:
+                if job.finished_at is not None and now - job.finished_at > ttl:
+                    del self.jobs[job.id]
+            elif now - job.created_at > timeout:
+                self._end(
+                    job,
+                    JobState.CANCELLED,
+                    f"job exceeded request_timeout_s={timeout:g}",
+                )
+
+    # ------------------------------------------------------------------ replicas
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _abort(self, replica: int, request_id: str) -> None:
+        try:
+            await asyncio.wait_for(
+                self.links.abort(replica, request_id), self.config.replica_call_timeout_s
+            )
+        except Exception as exc:  # noqa: BLE001 - the chunk reports back either way
+            log.warning("abort of %s on replica %d failed: %r", request_id, replica, exc)
+
+    def _replica_lost(self, i: int, error: str, now: float) -> None:
+        rep = self.replicas[i]
+        if rep.state in (ReplicaState.DOWN, ReplicaState.FAILED):
+            return  # the same incident: its other chunks failing too count once
+        rep.failures.append(now)
+        while rep.failures and rep.failures[0] < now - self.config.failure_window_s:
+            rep.failures.popleft()
+        self.metrics.chunk_failures.labels(rep.replica_id).inc()
+        if len(rep.failures) >= self.config.max_replica_failures:
+            self._set_state(i, ReplicaState.FAILED, error)
+        elif rep.state is not ReplicaState.FAILED:
+            self._set_state(i, ReplicaState.DOWN, error)
+
+    def _set_state(self, i: int, state: ReplicaState, error: str | None = None) -> None:
+        rep = self.replicas[i]
+        if rep.state is state:
+            return
+        level = logging.INFO if state is ReplicaState.HEALTHY else logging.WARNING
+        log.log(level, "replica %s: %s -> %s (%s)", rep.replica_id, rep.state, state, error)
+        rep.state = state
+        rep.since = time.time()
+        rep.error = error
+        healthy = state is ReplicaState.HEALTHY
+        self.scheduler.set_replica_available(i, healthy, self._spec(i) if healthy else None)
+        self._wake.set()
+
+    async def probe(self, i: int) -> None:
+        """One bounded health probe of replica i; updates its state and load."""
+        rep = self.replicas[i]
+        if rep.state is ReplicaState.FAILED:
+            return
+        try:
+            load = await asyncio.wait_for(self.links.load(i), self.config.replica_call_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - unreachable for any reason
+            if rep.state is ReplicaState.HEALTHY:
+                self._set_state(i, ReplicaState.DOWN, f"health probe failed: {exc!r}")
+            elif rep.state is ReplicaState.DOWN:
+                rep.error = f"health probe failed: {exc!r}"
+            return
+        rep.load = load
+        if rep.state is not ReplicaState.HEALTHY:
+            self._set_state(i, ReplicaState.HEALTHY)
+
+    async def probe_all(self) -> None:
+        await asyncio.gather(*(self.probe(i) for i in range(len(self.replicas))))
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await self.probe_all()
+            await asyncio.sleep(self.config.health_period_s)
+
+    def health(self) -> list[ReplicaHealth]:
+        loads = self.scheduler.loads()
+        return [
+            ReplicaHealth(
+                replica_id=rep.replica_id,
+                state=rep.state,
+                since=rep.since,
+                failures=len(rep.failures),
+                error=rep.error,
+                load=rep.load,
+                reserved_kv_tokens=loads[i].reserved_kv_tokens,
+            )
+            for i, rep in enumerate(self.replicas)
+        ]
+
+    # ------------------------------------------------------------------ shutdown
+    async def drain(self, grace_s: float) -> int:
+        """Stop accepting; give open jobs ``grace_s`` to finish, cancel the rest and wait
+        (bounded) for their aborted chunks to report. Returns how many jobs were cancelled."""
+        self.accepting = False
+        if self._open:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace_s)
+        cancelled = len(self._open)
+        for job_id in list(self._open):
+            self._end(self.jobs[job_id], JobState.CANCELLED, "the service shut down")
+        self._quiet.clear()
+        self._wake.set()
+        if self._in_flight:  # aborted chunks report within the call timeout
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), self.config.replica_call_timeout_s + 1)
+        return cancelled
+
+    # ------------------------------------------------------------------ metrics
+    def render_metrics(self) -> bytes:
+        m = self.metrics
+        states = {s: 0 for s in JobState}
+        for job in self.jobs.values():
+            states[job.state] += 1
+        for state, n in states.items():
+            m.jobs.labels(state.value).set(n)
+        s = self.scheduler
+        m.requests.labels("queued").set(s.num_queued + sum(j.plan.requests for j in self._inbox))
+        m.requests.labels("running").set(s.num_running)
+        m.tokens_per_s.set(m.rate(time.time()))
+        loads = s.loads()
+        for i, rep in enumerate(self.replicas):
+            m.replica_up.labels(rep.replica_id).set(1 if rep.state is ReplicaState.HEALTHY else 0)
+            m.replica_reserved.labels(rep.replica_id).set(loads[i].reserved_kv_tokens)
+            if rep.load is not None:
+                m.replica_running.labels(rep.replica_id).set(rep.load.running)
+                m.replica_waiting.labels(rep.replica_id).set(rep.load.waiting)
+                m.replica_kv.labels(rep.replica_id).set(rep.load.kv_usage)
+        return m.render()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from ray import serve
 
 from app.engines.config import EngineConfig
@@ -18,7 +20,7 @@ from core.engine import ChunkRequest, ChunkResult, EngineLoad
 class EngineReplica:
     async def __init__(self, config: EngineConfig, replica_id: str) -> None:  # type: ignore[misc]
         self.engine = make_engine(config, replica_id)
-        await self.engine.start()
+        await asyncio.wait_for(self.engine.start(), config.start_timeout_s)
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
         return await self.engine.run_chunk(request)
@@ -26,15 +28,5 @@ class EngineReplica:
     async def abort(self, request_id: str) -> bool:
         return await self.engine.abort(request_id)
 
-    def load(self) -> EngineLoad:
+    async def load(self) -> EngineLoad:  # async: on the engine's event loop, not a thread
         return self.engine.load()
-
-    def limits(self) -> tuple[int, int]:
-        """(max_model_len, vocab_size)."""
-        return self.engine.max_model_len, self.engine.vocab_size
-
-    def encode_batch(self, texts: list[str], chat: bool) -> list[list[int]]:
-        return [self.engine.encode(t, chat) for t in texts]
-
-    def decode_batch(self, token_ids: list[list[int]]) -> list[str]:
-        return [self.engine.decode(t) for t in token_ids]

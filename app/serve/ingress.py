@@ -1,75 +1,150 @@
-"""HTTP ingress: validate a rollout, schedule its groups by policy, gather G responses per group.
+"""HTTP ingress: validate, tokenize with its own tokenizer, submit to the scheduler, stream.
 
-Invariant: a rollout either returns every group with exactly ``group_size`` finished responses,
-or fails as a whole with an HTTP error, after aborting every chunk it still had running. Each
-rollout gets its own ``core`` Scheduler (the same class the simulator drives); ``verl`` hands
-whole groups round-robin to replicas, the divided policies send chunks routed by load.
+Thin by design: jobs, scheduling and engines live in the ``SeerScheduler`` deployment. Bad input
+is answered with 422 naming the field (never a 500: the validation handler is JSON-safe even for
+NaN inputs); the scheduler's refusals keep their status (404, 409, 422, 429 + Retry-After, 503).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
+import json
+import math
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from ray import serve
+from swagger_ui_bundle import swagger_ui_path
 
-from app.api import GroupResult, Response, RolloutRequest, RolloutResponse, RolloutStats
-from app.config import SERVICE_POLICIES, AppConfig
-from app.serve.dispatcher import RequestRun, run_scheduled
-from core.engine import ChunkRequest, ChunkResult
-from core.scheduling.config import SchedulerConfig
-from core.scheduling.policies import get_policy
-from core.scheduling.scheduler import Scheduler
-from core.scheduling.types import GroupSpec, ReplicaSpec
+from app.api import (
+    GroupResult,
+    JobAccepted,
+    JobState,
+    JobStatus,
+    RolloutRequest,
+    RolloutResponse,
+)
+from app.config import ServiceConfig
+from app.engines.base import TextCodec
+from app.engines.registry import make_codec
+from app.rollout import expand, rollout_stats, with_text
+from app.serve.jobs import JobError
+from app.serve.metrics import CONTENT_TYPE
+from app.serve.scheduler import JobOutcome, ServiceHealth
 
-api = FastAPI(title="Seer rollout service", version="0.1.0")
+api = FastAPI(
+    title="Seer rollout service",
+    version="0.2.0",
+    description="Grouped rollouts for synchronous LLM RL (Seer). Jobs: POST /v1/rollouts.",
+    docs_url=None,  # served below from local assets: the default loads them from a CDN
+)
+api.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
+
+
+@api.get("/docs", include_in_schema=False)
+async def _docs(request: Request) -> HTMLResponse:
+    root = request.scope.get("root_path", "").rstrip("/")
+    return get_swagger_ui_html(
+        openapi_url=f"{root}/openapi.json",
+        title="Seer rollout service - API",
+        swagger_js_url=f"{root}/static/swagger/swagger-ui-bundle.js",
+        swagger_css_url=f"{root}/static/swagger/swagger-ui.css",
+        swagger_favicon_url="",
+    )
 
 
 def _unprocessable(field: list[str | int], msg: str) -> HTTPException:
     return HTTPException(status_code=422, detail=[{"loc": ["body", *field], "msg": msg}])
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=100)
+def _json_safe(value: Any) -> Any:
+    """``value`` with what JSON cannot carry (NaN, Infinity, exceptions, bytes) as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+@api.exception_handler(RequestValidationError)
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    detail = [
+        {k: _json_safe(v) for k, v in err.items() if k in ("loc", "msg", "type", "input")}
+        for err in exc.errors()
+    ]
+    return JSONResponse(status_code=422, content={"detail": detail})
+
+
+def _http(exc: JobError) -> HTTPException:
+    headers = None
+    if exc.retry_after_s is not None:
+        headers = {"Retry-After": str(math.ceil(exc.retry_after_s))}
+    return HTTPException(status_code=exc.status, detail=exc.message, headers=headers)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=1000)
 @serve.ingress(api)
 class Ingress:
-    def __init__(self, config: AppConfig, engines: list[Any]) -> None:
+    async def __init__(self, config: ServiceConfig, scheduler: Any) -> None:  # type: ignore[misc]
         self.config = config
-        self.engines = engines
-        self._limits: tuple[int, int] | None = None
-        self._replica_specs: list[ReplicaSpec] | None = None
+        self.scheduler = scheduler
+        # The model's tokenizer, loaded here (not through an engine replica); blocking, so in a
+        # thread under the engine's start deadline.
+        self.codec: TextCodec = await asyncio.wait_for(
+            asyncio.to_thread(make_codec, config.engine), config.engine.start_timeout_s
+        )
 
-    async def _model_limits(self) -> tuple[int, int]:
-        if self._limits is None:
-            self._limits = await self.engines[0].limits.remote()
-        return self._limits
-
-    @api.get("/healthz")
-    async def healthz(self) -> dict[str, Any]:
+    async def _call(self, method: str, *args: Any) -> Any:
         try:
-            loads = await asyncio.wait_for(
-                asyncio.gather(*(e.load.remote() for e in self.engines)), timeout=10
-            )
-        except Exception as exc:  # noqa: BLE001 - any replica failure means unhealthy
-            raise HTTPException(
-                status_code=503, detail=f"engine replica unhealthy: {exc!r}"
-            ) from exc
-        return {
-            "status": "ok",
-            "policy": self.config.policy,
-            "replicas": [ld.model_dump() for ld in loads],
-        }
+            return await getattr(self.scheduler, method).remote(*args)
+        except JobError as exc:
+            raise _http(exc) from None
 
+    # ------------------------------------------------------------------ health, metrics
+    @api.get("/healthz", response_model=ServiceHealth)
+    async def healthz(self) -> JSONResponse:
+        """Every replica's state and load, answered from the scheduler's last probes (at once;
+        503 while no replica is in rotation)."""
+        try:
+            health: ServiceHealth = await asyncio.wait_for(
+                self.scheduler.health.remote(), self.config.replica_call_timeout_s
+            )
+        except Exception as exc:  # noqa: BLE001 - the scheduler itself is unreachable
+            raise HTTPException(503, f"scheduler unreachable: {exc!r}") from exc
+        code = 503 if health.status == "unavailable" else 200
+        return JSONResponse(status_code=code, content=health.model_dump(mode="json"))
+
+    @api.get("/metrics")
+    async def metrics(self) -> Response:
+        """Prometheus text format."""
+        body: bytes = await self._call("metrics")
+        return Response(content=body, media_type=CONTENT_TYPE)
+
+    # ------------------------------------------------------------------ jobs
     async def _prompt_ids(self, req: RolloutRequest) -> list[list[int]]:
-        max_len, vocab = await self._model_limits()
+        max_len = self.config.engine.max_model_len
+        vocab = self.codec.vocab_size
         if req.max_tokens >= max_len:
             raise _unprocessable(
                 ["max_tokens"],
                 f"max_tokens={req.max_tokens} must be below the model context of {max_len} tokens",
             )
-        texts = [(i, p) for i, p in enumerate(req.prompts) if isinstance(p, str)]
+        if req.prompt_ids is not None and len(req.prompt_ids) != len(req.prompts):
+            raise _unprocessable(
+                ["prompt_ids"],
+                f"{len(req.prompt_ids)} prompt_ids for {len(req.prompts)} prompts",
+            )
         for i, p in enumerate(req.prompts):
             if len(p) == 0:
                 raise _unprocessable(["prompts", i], "prompt is empty")
@@ -79,11 +154,12 @@ class Ingress:
                     raise _unprocessable(
                         ["prompts", i], f"token ids {bad[:5]} outside the vocabulary [0, {vocab})"
                     )
-        encoded = (
-            await self.engines[0].encode_batch.remote([p for _, p in texts], req.chat_template)
-            if texts
-            else []
-        )
+        texts = [(i, p) for i, p in enumerate(req.prompts) if isinstance(p, str)]
+
+        def encode() -> list[list[int]]:
+            return [self.codec.encode(p, req.chat_template) for _, p in texts]
+
+        encoded = await asyncio.to_thread(encode) if texts else []
         ids: list[list[int]] = [p if isinstance(p, list) else [] for p in req.prompts]
         for (i, _), e in zip(texts, encoded, strict=True):
             ids[i] = e
@@ -96,112 +172,90 @@ class Ingress:
                 )
         return ids
 
-    async def _scheduler(self, policy: str) -> Scheduler:
-        """A fresh scheduler for one rollout, sized from the replicas' engine capacity."""
-        if self._replica_specs is None:
-            loads = await asyncio.gather(*(e.load.remote() for e in self.engines))
-            eng = self.config.engine
-            self._replica_specs = [
-                ReplicaSpec(
-                    replica_id=ld.replica_id,
-                    # engines without a KV report (fake) get what their sequences could fill
-                    kv_capacity_tokens=ld.kv_capacity_tokens
-                    or eng.max_model_len * eng.max_num_seqs,
-                    max_running=eng.max_num_seqs,
-                )
-                for ld in loads
-            ]
-        # No KV pool between replicas here: moving a long request would recompute its whole
-        # context, so the simulator's rebalancing of long requests is off.
-        base = SchedulerConfig(chunk_tokens=self.config.chunk_tokens, rebalance_tokens=0)
-        plan = get_policy(policy, base)
-        return Scheduler(plan.config, self._replica_specs)
+    async def _decode(self, groups: list[GroupResult]) -> list[GroupResult]:
+        def run() -> list[GroupResult]:
+            return [with_text(g, self.codec.decode) for g in groups]
 
-    @api.post("/v1/rollouts", response_model=RolloutResponse)
-    async def rollouts(self, req: RolloutRequest) -> RolloutResponse:
-        t0 = time.perf_counter()
-        policy = req.policy or self.config.policy
-        if policy not in SERVICE_POLICIES:
+        return await asyncio.to_thread(run)
+
+    @api.post(
+        "/v1/rollouts",
+        status_code=202,
+        response_model=JobAccepted | RolloutResponse,
+        responses={200: {"model": RolloutResponse}, 202: {"model": JobAccepted}},
+    )
+    async def rollouts(self, req: RolloutRequest, request: Request) -> Any:
+        """Start a rollout job: 202 with its URLs, or (``"wait": true``) 200 with every group
+        when it is done (504 past request_timeout_s, 503 when it failed)."""
+        running: str = await self._call("policy")
+        if req.policy is not None and req.policy != running:
             raise _unprocessable(
-                ["policy"], f"unknown policy {policy!r}; valid: {', '.join(SERVICE_POLICIES)}"
+                ["policy"],
+                f"the service runs policy {running!r}, not {req.policy!r} (the policy is the "
+                "scheduler deployment's user_config; see README)",
             )
         prompts = await self._prompt_ids(req)
-        rid = uuid.uuid4().hex[:12]
-        groups: list[GroupSpec] = []
-        runs: dict[str, RequestRun] = {}
-        seed = req.sampling.seed
-        for gi, prompt in enumerate(prompts):
-            gid = f"{rid}-g{gi}"
-            ids = tuple(f"{gid}-r{j}" for j in range(req.group_size))
-            groups.append(GroupSpec(gid, ids, req.max_tokens, len(prompt)))
-            for j, request_id in enumerate(ids):
-                sampling = req.sampling
-                if seed is not None:  # each response its own seed, reproducibly
-                    k = gi * req.group_size + j
-                    sampling = sampling.model_copy(update={"seed": seed + 1_000_003 * k})
-                runs[request_id] = RequestRun(gid, prompt, req.max_tokens, sampling, req.logprobs)
-        scheduler = await self._scheduler(policy)
-        await self._run(scheduler, groups, runs)
-        ordered = [runs[r] for g in groups for r in g.request_ids]
-        texts = await self.engines[0].decode_batch.remote([r.tokens for r in ordered])
-        out_groups = []
-        for gi, g in enumerate(groups):
-            responses = []
-            for j, request_id in enumerate(g.request_ids):
-                run = runs[request_id]
-                assert run.finish is not None  # the scheduler is done: every request finished
-                responses.append(
-                    Response(
-                        index=j,
-                        token_ids=run.tokens,
-                        text=texts[gi * req.group_size + j],
-                        logprobs=run.token_logprobs if req.logprobs else None,
-                        finish_reason=run.finish.value,
-                        length=len(run.tokens),
-                    )
-                )
-            out_groups.append(
-                GroupResult(
-                    group_id=g.group_id,
-                    prompt_index=gi,
-                    prompt_token_ids=prompts[gi],
-                    responses=responses,
-                )
+        plan = expand(uuid.uuid4().hex[:12], req, prompts)
+        status: JobStatus = await self._call("submit", plan)
+        job_id = status.id
+        if not req.wait:
+            base = str(request.base_url).rstrip("/")
+            accepted = JobAccepted(
+                id=job_id,
+                status_url=f"{base}/v1/rollouts/{job_id}",
+                groups_url=f"{base}/v1/rollouts/{job_id}/groups",
             )
-        elapsed = time.perf_counter() - t0
-        out_tokens = sum(len(r.tokens) for r in ordered)
-        return RolloutResponse(
-            id=rid,
-            model=self.config.engine.model,
-            policy=policy,
-            groups=out_groups,
-            stats=RolloutStats(
-                elapsed_s=elapsed,
-                output_tokens=out_tokens,
-                tokens_per_s=out_tokens / max(elapsed, 1e-9),
-                requests=len(ordered),
-                chunks=sum(r.chunks for r in ordered),
-            ),
-        )
-
-    async def _run(
-        self, scheduler: Scheduler, groups: list[GroupSpec], runs: dict[str, RequestRun]
-    ) -> None:
-        async def run_chunk(replica: int, chunk: ChunkRequest) -> ChunkResult:
-            return await self.engines[replica].run_chunk.remote(chunk)
-
-        async def abort(replica: int, request_id: str) -> bool:
-            return await self.engines[replica].abort.remote(request_id)
-
+            return JSONResponse(status_code=202, content=accepted.model_dump())
         try:
+            outcome: JobOutcome = await self._call("wait", job_id)
+        except asyncio.CancelledError:  # the caller went away: stop generating for nobody
+            await asyncio.shield(self._cancel_quietly(job_id))
+            raise
+        st = outcome.status
+        if st.state is not JobState.DONE:
+            code = 504 if st.error and "request_timeout_s" in st.error else 503
+            raise HTTPException(code, f"rollout {job_id} {st.state.value}: {st.error}")
+        groups = await self._decode(outcome.groups)
+        done = RolloutResponse(
+            id=job_id,
+            model=self.config.engine.model,
+            policy=st.policy,
+            groups=groups,
+            stats=rollout_stats(groups, st.created_at),
+        )
+        return JSONResponse(status_code=200, content=done.model_dump(mode="json"))
+
+    async def _cancel_quietly(self, job_id: str) -> None:
+        with contextlib.suppress(Exception):  # best effort; the job times out anyway
             await asyncio.wait_for(
-                run_scheduled(scheduler, groups, runs, run_chunk, abort),
-                self.config.request_timeout_s,
+                self.scheduler.cancel.remote(job_id), self.config.replica_call_timeout_s
             )
-        except TimeoutError as exc:
-            raise HTTPException(
-                status_code=504,
-                detail=f"rollout exceeded request_timeout_s={self.config.request_timeout_s}",
-            ) from exc
-        except Exception as exc:  # an engine replica failed, or the dispatch is stuck
-            raise HTTPException(status_code=503, detail=f"rollout failed: {exc!r}") from exc
+
+    @api.get("/v1/rollouts/{job_id}", response_model=JobStatus)
+    async def job_status(self, job_id: str) -> JobStatus:
+        """State and progress (groups and requests done, tokens, elapsed, estimated remaining)."""
+        status: JobStatus = await self._call("status", job_id)
+        return status
+
+    @api.delete("/v1/rollouts/{job_id}", response_model=JobStatus)
+    async def cancel(self, job_id: str) -> JobStatus:
+        """Cancel: the job's chunks are aborted on the engines and stop using capacity."""
+        status: JobStatus = await self._call("cancel", job_id)
+        return status
+
+    @api.get(
+        "/v1/rollouts/{job_id}/groups",
+        responses={200: {"content": {"application/x-ndjson": {}}}},
+    )
+    async def groups(self, job_id: str) -> StreamingResponse:
+        """NDJSON: one GroupResult per line in completion order, ending when the job ends
+        (then GET /v1/rollouts/{id} tells whether it is done, failed or cancelled)."""
+        await self._call("status", job_id)  # 404 before the stream starts
+        stream = self.scheduler.options(stream=True).stream_groups.remote(job_id)
+
+        async def lines() -> AsyncIterator[bytes]:
+            async for group in stream:
+                [named] = await self._decode([group])
+                yield (json.dumps(named.model_dump(mode="json")) + "\n").encode()
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")

@@ -22,15 +22,31 @@ class FinishReason(StrEnum):
     ABORT = "abort"  # the chunk was aborted before it finished
 
 
-class SamplingParams(BaseModel):
-    """Sampling settings of one request; unknown fields are rejected (they would be ignored)."""
+#: Seeds are 32-bit: engines on CPU draw identical samples for seeds that differ by 2**32.
+SEED_SPACE = 2**32
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class SamplingParams(BaseModel):
+    """Sampling settings of one request. Strict: unknown fields (they would be ignored),
+    strings for numbers and NaN/Infinity are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0, description="0 = disabled")
-    seed: int | None = Field(None, ge=0, description="per-request seed; None = engine's RNG")
+    top_k: int = Field(0, ge=0, le=1_000_000, description="0 = disabled")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        lt=SEED_SPACE,
+        description="seed in [0, 2**32); None = the engine's RNG. Every response and every chunk "
+        "of it gets its own seed derived from it (reproducible, distinct within a job)",
+    )
+
+    def chunk_seed(self, generated: int) -> int | None:
+        """Seed of the chunk that continues after ``generated`` tokens: the request's seed plus
+        its position, so chunks draw fresh randomness (wraps in the 32-bit seed space)."""
+        return None if self.seed is None else (self.seed + generated) % SEED_SPACE
 
 
 class ChunkRequest(BaseModel):
@@ -131,7 +147,11 @@ class EngineLoad(BaseModel):
     running: int = Field(0, ge=0, description="sequences the engine is decoding")
     waiting: int = Field(0, ge=0, description="sequences queued inside the engine")
     chunks_in_flight: int = Field(0, ge=0, description="run_chunk calls not yet returned")
-    kv_usage: float = Field(0.0, ge=0.0, le=1.0, description="fraction of KV blocks in use")
+    kv_usage: float = Field(
+        0.0, ge=0.0, description="fraction of KV blocks in use (above 1 means oversubscribed)"
+    )
     kv_capacity_tokens: int = Field(0, ge=0, description="total KV token slots of the replica")
+    max_running: int = Field(0, ge=0, description="most sequences decoded at once (0: unknown)")
+    preemptions: int = Field(0, ge=0, description="requests preempted by the engine, cumulative")
     prefix_cache_queries: int = Field(0, ge=0, description="prompt tokens looked up, cumulative")
     prefix_cache_hits: int = Field(0, ge=0, description="of those, served from the prefix cache")

@@ -616,6 +616,11 @@ class Scheduler:
         return self._n_open
 
     @property
+    def num_groups(self) -> int:
+        """Groups submitted and not yet released."""
+        return len(self._group_pos)
+
+    @property
     def num_held(self) -> int:
         """Request slots in the arrays (open + terminal until released and compacted)."""
         return len(self.request_ids)

@@ -72,35 +72,33 @@ def test_serve_config_loads_with_overrides(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "cannot read" in result.output
 
 
-def test_seer_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
-    """What ./run.sh runs: `seer serve` in the background, healthy, a demo, then SIGTERM."""
+def test_seer_serve_starts_answers_and_drains_on_sigterm(tmp_path: Path) -> None:
+    """What ./run.sh runs: `seer serve` in the background, healthy, a demo; then SIGTERM with a
+    job running: it gets shutdown_grace_s, is cancelled, and the process exits 0."""
     import signal
     import socket
     import time
 
     import httpx
+    import yaml
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    doc = yaml.safe_load(Path("serve_config.yaml").read_text())
+    args = doc["applications"][0]["args"]
+    args["shutdown_grace_s"] = 1
+    args["engine"]["fake_step_s"] = 0.05
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump(doc))
     exe = shutil.which("seer") or str(Path(sys.executable).parent / "seer")
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
-        [
-            exe,
-            "serve",
-            "--backend",
-            "fake",
-            "--num-replicas",
-            "2",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "2",
-        ],
+        [exe, "serve", "--config", str(config), "--backend", "fake", "--policy", "divided",
+         "--num-replicas", "2", "--port", str(port), "--num-cpus", "2"],
         stdout=log,
         stderr=subprocess.STDOUT,
-    )
+    )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -113,11 +111,25 @@ def test_seer_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
                 pass
             assert time.monotonic() < deadline, "seer serve not healthy in 180 s"
             time.sleep(1)
-        result = CliRunner().invoke(cli, ["demo", "--url", url, "--json", "--policy", "divided"])
+        result = CliRunner().invoke(
+            cli, ["demo", "--url", url, "--json", "--policy", "divided", "--max-tokens", "4"]
+        )
         assert result.exit_code == 0, result.output
+        job = httpx.post(
+            f"{url}/v1/rollouts",
+            json={
+                "prompts": [f"p{i}" for i in range(4)],
+                "group_size": 4,
+                "max_tokens": 400,  # ~100 tokens each at 50 ms: seconds past the grace
+                "sampling": {"seed": 3},
+            },
+        )
+        assert job.status_code == 202
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=120)
     text = (tmp_path / "serve.log").read_text()
     assert rc == 0, text[-3000:]
-    assert "stopping" in text and "SIGTERM received" not in text
+    assert "draining jobs (grace 1 s)" in text and "drained (1 job(s) cancelled)" in text, text[
+        -3000:
+    ]

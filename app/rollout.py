@@ -1,0 +1,184 @@
+"""Rollout jobs as plain data: group expansion, per-response seeds, response assembly (no Ray).
+
+Invariant: a job of P prompts x G responses is P groups of G requests; request ``(i, j)`` is
+response j of prompt i, id ``{job}-g{i}-r{j}``, and its tokens are the concatenation of its
+chunks in order (a chunk continues exactly where the last one stopped). A seeded job gives
+response k = i * G + j the seed ``seed + k * (max_tokens + 1)`` (mod 2**32); chunk c of it is
+seeded at its position (``SamplingParams.chunk_seed``), so every chunk of every response of a
+job has its own seed as long as ``P * G * (max_tokens + 1) <= 2**32``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from app.api import GroupResult, Response, RolloutRequest, RolloutStats
+from core.engine import ChunkRequest, FinishReason, SamplingParams
+from core.engine.types import SEED_SPACE
+from core.scheduling.types import ChunkDecision, GroupSpec
+
+
+def response_seed(seed: int, k: int, max_tokens: int) -> int:
+    """Seed of response ``k`` of a job seeded with ``seed`` (see the module invariant)."""
+    return (seed + k * (max_tokens + 1)) % SEED_SPACE
+
+
+@dataclass
+class RequestRun:
+    """One response being generated: its inputs and what its chunks produced so far."""
+
+    group_id: str
+    index: int  # response position in its group
+    prompt: list[int]
+    max_tokens: int
+    sampling: SamplingParams
+    logprobs: bool
+    tokens: list[int] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)
+    finish: FinishReason | None = None
+    replicas: list[str] = field(default_factory=list)  # one entry per chunk, in order
+    failures: int = 0  # chunks lost to a failed replica
+
+    def chunk(self, decision: ChunkDecision) -> ChunkRequest:
+        """The engine request of the chunk ``decision`` asks for, continuing this response."""
+        if decision.generated != len(self.tokens):
+            raise ValueError(
+                f"request {decision.request_id}: scheduler continues at {decision.generated} "
+                f"tokens but {len(self.tokens)} were generated"
+            )
+        return ChunkRequest(
+            request_id=decision.request_id,
+            group_id=self.group_id,
+            response_index=self.index,
+            prompt_token_ids=self.prompt,
+            generated_token_ids=list(self.tokens),
+            max_new_tokens=decision.max_new_tokens,
+            max_tokens=self.max_tokens,
+            sampling=self.sampling,
+            logprobs=self.logprobs,
+            priority=decision.priority,
+        )
+
+    def append(self, replica: str, tokens: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        self.tokens += tokens
+        if logprobs is not None:
+            self.token_logprobs += logprobs
+        self.replicas.append(replica)
+
+
+@dataclass
+class GroupRun:
+    spec: GroupSpec
+    prompt_index: int
+    prompt_id: str | None
+    prompt: list[int]
+    runs: list[RequestRun]
+
+
+@dataclass
+class JobPlan:
+    """A job expanded into scheduler groups and per-request runs."""
+
+    job_id: str
+    groups: list[GroupRun]
+    runs: dict[str, RequestRun]
+    max_tokens: int
+    _by_id: dict[str, GroupRun] = field(default_factory=dict, repr=False)
+
+    def group(self, group_id: str) -> GroupRun:
+        if not self._by_id:
+            self._by_id.update((g.spec.group_id, g) for g in self.groups)
+        return self._by_id[group_id]
+
+    @property
+    def specs(self) -> list[GroupSpec]:
+        return [g.spec for g in self.groups]
+
+    @property
+    def requests(self) -> int:
+        return len(self.runs)
+
+    @property
+    def token_budget(self) -> int:
+        """Most tokens the job can generate: requests x max_tokens."""
+        return len(self.runs) * self.max_tokens
+
+
+def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> JobPlan:
+    """Groups and runs of a job whose prompts are already tokenized (``prompts[i]`` is prompt
+    i's ids); group i's ``prompt_key`` is the caller's prompt id when given."""
+    groups: list[GroupRun] = []
+    runs: dict[str, RequestRun] = {}
+    seed = req.sampling.seed
+    G = req.group_size
+    for i, prompt in enumerate(prompts):
+        gid = f"{job_id}-g{i}"
+        ids = tuple(f"{gid}-r{j}" for j in range(G))
+        pid = req.prompt_ids[i] if req.prompt_ids is not None else None
+        spec = GroupSpec(gid, ids, req.max_tokens, len(prompt), prompt_key=pid)
+        group_runs = []
+        for j, rid in enumerate(ids):
+            sampling = req.sampling
+            if seed is not None:
+                sampling = sampling.model_copy(
+                    update={"seed": response_seed(seed, i * G + j, req.max_tokens)}
+                )
+            run = RequestRun(gid, j, list(prompt), req.max_tokens, sampling, req.logprobs)
+            runs[rid] = run
+            group_runs.append(run)
+        groups.append(GroupRun(spec, i, pid, list(prompt), group_runs))
+    return JobPlan(job_id, groups, runs, req.max_tokens)
+
+
+def assemble_group(group: GroupRun, text: Callable[[list[int]], str] | None = None) -> GroupResult:
+    """The API result of a finished group; ``text`` detokenizes (``""`` when not given: the
+    ingress fills it in with its own tokenizer)."""
+    responses = []
+    for run in group.runs:
+        if run.finish is None:
+            raise ValueError(f"group {group.spec.group_id}: response {run.index} is not finished")
+        responses.append(
+            Response(
+                index=run.index,
+                token_ids=list(run.tokens),
+                text=text(run.tokens) if text is not None else "",
+                logprobs=list(run.token_logprobs) if run.logprobs else None,
+                finish_reason=run.finish.value,
+                length=len(run.tokens),
+                chunks=len(run.replicas),
+                replicas=list(run.replicas),
+            )
+        )
+    return GroupResult(
+        group_id=group.spec.group_id,
+        prompt_index=group.prompt_index,
+        prompt_id=group.prompt_id,
+        prompt_token_ids=list(group.prompt),
+        responses=responses,
+    )
+
+
+def with_text(group: GroupResult, decode: Callable[[list[int]], str]) -> GroupResult:
+    """``group`` with every response's text decoded from its tokens."""
+    return group.model_copy(
+        update={
+            "responses": [
+                r.model_copy(update={"text": decode(r.token_ids)}) for r in group.responses
+            ]
+        }
+    )
+
+
+def rollout_stats(groups: Sequence[GroupResult], started: float) -> RolloutStats:
+    """Stats of a finished rollout (``started``: its ``time.time()`` at acceptance)."""
+    elapsed = max(time.time() - started, 1e-9)
+    out = sum(r.length for g in groups for r in g.responses)
+    return RolloutStats(
+        elapsed_s=elapsed,
+        output_tokens=out,
+        tokens_per_s=out / elapsed,
+        requests=sum(len(g.responses) for g in groups),
+        chunks=sum(r.chunks for g in groups for r in g.responses),
+    )

@@ -1,0 +1,79 @@
+"""Prometheus metrics of the scheduler deployment (its own registry; ``GET /metrics``).
+
+Counters and histograms are updated as events happen; gauges that describe current state
+(jobs and requests by state, replica load) are set from the dispatcher when the page is read.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.jobs = Gauge("seer_jobs", "rollout jobs held, by state", ["state"], registry=r)
+        self.jobs_total = Counter(
+            "seer_jobs_finished", "jobs that ended, by final state", ["state"], registry=r
+        )
+        self.requests = Gauge("seer_requests", "open requests by phase", ["phase"], registry=r)
+        self.requests_done = Counter(
+            "seer_requests_finished", "requests finished (stop or length)", registry=r
+        )
+        self.tokens = Counter("seer_output_tokens", "tokens generated", registry=r)
+        self.tokens_per_s = Gauge(
+            "seer_tokens_per_second", "tokens generated per second, last 10 s", registry=r
+        )
+        self.decisions = Counter(
+            "seer_dispatch_decisions", "chunks dispatched by the scheduler", registry=r
+        )
+        self.chunk_latency = Histogram(
+            "seer_chunk_seconds",
+            "time from dispatch to result of one chunk",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+            registry=r,
+        )
+        self.chunk_failures = Counter(
+            "seer_chunk_failures", "chunks lost to an unreachable replica", ["replica"], registry=r
+        )
+        self.replica_up = Gauge(
+            "seer_replica_healthy", "1 if the replica is in rotation", ["replica"], registry=r
+        )
+        self.replica_running = Gauge(
+            "seer_replica_running", "sequences decoding", ["replica"], registry=r
+        )
+        self.replica_waiting = Gauge(
+            "seer_replica_waiting", "sequences queued in the engine", ["replica"], registry=r
+        )
+        self.replica_kv = Gauge(
+            "seer_replica_kv_usage", "fraction of KV blocks in use", ["replica"], registry=r
+        )
+        self.replica_reserved = Gauge(
+            "seer_replica_reserved_kv_tokens",
+            "KV tokens the scheduler has reserved on the replica",
+            ["replica"],
+            registry=r,
+        )
+        self.last_tail = Gauge(
+            "seer_last_job_tail_seconds",
+            "time spent on the last 10% of requests of the last finished job",
+            registry=r,
+        )
+        self._window: deque[tuple[float, int]] = deque()
+
+    def add_tokens(self, now: float, n: int) -> None:
+        self.tokens.inc(n)
+        self._window.append((now, n))
+
+    def rate(self, now: float, window_s: float = 10.0) -> float:
+        """Tokens per second over the last ``window_s`` seconds."""
+        while self._window and self._window[0][0] < now - window_s:
+            self._window.popleft()
+        return sum(n for _, n in self._window) / window_s
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

