@@ -48,8 +48,10 @@ say "sending a demo rollout (8 prompts x G=4 x 64 tokens) ..."
 
 cat <<MSG
 
-  Rollout API   POST $URL/v1/rollouts      (schema: $URL/docs)
-  Health        GET  $URL/healthz
+  Rollout API   POST $URL/v1/rollouts      (202 + job URLs; "wait": true for one call)
+                GET  $URL/v1/rollouts/ID   status, GET .../groups NDJSON, DELETE cancels
+  API docs      $URL/docs
+  Health        GET  $URL/healthz          Metrics  GET $URL/metrics
   Serve log     $LOG
   Stop          ./run.sh stop
 MSG

@@ -72,6 +72,9 @@ class Response(BaseModel):
     length: int
     chunks: int = Field(description="chunks (engine calls) that generated it")
     replicas: list[str] = Field(description="engine replicas that ran its chunks, in order")
+    finished_after_s: float = Field(
+        description="seconds from the job's acceptance to this response's last token"
+    )
 
 
 class GroupResult(BaseModel):

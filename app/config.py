@@ -25,6 +25,13 @@ def _servable(name: str) -> bool:
 SERVICE_POLICIES = tuple(name for name in POLICIES if _servable(name))
 
 
+def check_policy(name: str) -> str:
+    """``name`` if the service can run it, else ValueError naming the valid names."""
+    if name not in SERVICE_POLICIES:
+        raise ValueError(f"unknown policy {name!r}; valid names: {', '.join(SERVICE_POLICIES)}")
+    return name
+
+
 class ServiceLimits(BaseModel):
     """Admission limits. A job larger than a per-job limit is refused with 422 (it could never
     be admitted); a job that would push the service over a total gets 429 + Retry-After."""
@@ -108,11 +115,7 @@ class ServiceConfig(BaseModel):
 
     def resolve_policy(self, name: str) -> PolicyPlan:
         """The policy object of ``name``; ValueError naming the valid names."""
-        if name not in SERVICE_POLICIES:
-            raise ValueError(
-                f"policy {name!r} cannot run in the service; valid: {', '.join(SERVICE_POLICIES)}"
-            )
-        return get_policy(name, self.scheduler_base())
+        return get_policy(check_policy(name), self.scheduler_base())
 
 
 class AppConfig(ServiceConfig):
@@ -121,12 +124,7 @@ class AppConfig(ServiceConfig):
         description="scheduling policy of the service (SERVICE_POLICIES); live-changeable",
     )
 
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, v: str) -> str:
-        if v not in SERVICE_POLICIES:
-            raise ValueError(f"unknown policy {v!r}; valid names: {', '.join(SERVICE_POLICIES)}")
-        return v
+    _known_policy = field_validator("policy")(check_policy)
 
     def service(self) -> ServiceConfig:
         return ServiceConfig.model_validate(self.model_dump(exclude={"policy"}))
@@ -140,9 +138,4 @@ class SchedulerUserConfig(BaseModel):
 
     policy: str = Field("verl", description="scheduling policy (SERVICE_POLICIES)")
 
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, v: str) -> str:
-        if v not in SERVICE_POLICIES:
-            raise ValueError(f"unknown policy {v!r}; valid names: {', '.join(SERVICE_POLICIES)}")
-        return v
+    _known_policy = field_validator("policy")(check_policy)

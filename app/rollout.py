@@ -40,6 +40,7 @@ class RequestRun:
     finish: FinishReason | None = None
     replicas: list[str] = field(default_factory=list)  # one entry per chunk, in order
     failures: int = 0  # chunks lost to a failed replica
+    finished_at: float = 0.0  # time.time() of its last token
 
     def chunk(self, decision: ChunkDecision) -> ChunkRequest:
         """The engine request of the chunk ``decision`` asks for, continuing this response."""
@@ -132,9 +133,12 @@ def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> Jo
     return JobPlan(job_id, groups, runs, req.max_tokens)
 
 
-def assemble_group(group: GroupRun, text: Callable[[list[int]], str] | None = None) -> GroupResult:
-    """The API result of a finished group; ``text`` detokenizes (``""`` when not given: the
-    ingress fills it in with its own tokenizer)."""
+def assemble_group(
+    group: GroupRun, started: float, text: Callable[[list[int]], str] | None = None
+) -> GroupResult:
+    """The API result of a finished group of a job accepted at ``started`` (``time.time()``);
+    ``text`` detokenizes (``""`` when not given: the ingress fills it in with its own
+    tokenizer)."""
     responses = []
     for run in group.runs:
         if run.finish is None:
@@ -149,6 +153,7 @@ def assemble_group(group: GroupRun, text: Callable[[list[int]], str] | None = No
                 length=len(run.tokens),
                 chunks=len(run.replicas),
                 replicas=list(run.replicas),
+                finished_after_s=max(run.finished_at - started, 0.0),
             )
         )
     return GroupResult(

@@ -12,6 +12,11 @@ from app.engines.config import EngineConfig
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 
+class EngineDead(RuntimeError):
+    """The engine cannot serve any more (its core process died); the replica must restart.
+    The scheduler treats it like an unreachable replica: the chunk is re-dispatched."""
+
+
 class TextCodec(Protocol):
     """Text <-> token ids of a backend's model; the ingress holds its own (no engine call)."""
 
@@ -39,6 +44,9 @@ class ChunkEngine(Protocol):
 
     def load(self) -> EngineLoad:
         """Current load, for replica selection."""
+
+    async def check_health(self) -> None:
+        """Raise ``EngineDead`` when the engine cannot serve (Serve then restarts it)."""
 
     @property
     def max_model_len(self) -> int:

@@ -118,6 +118,9 @@ class FakeEngine:
             elapsed_s=time.perf_counter() - t0,
         )
 
+    async def check_health(self) -> None:
+        return None
+
     async def abort(self, request_id: str) -> bool:
         if request_id not in self._running:
             return False

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from app.engines.base import EngineDead
 from app.engines.config import EngineConfig
 from app.engines.tokenizer import Tokenizer
 from app.env import apply_engine_env
@@ -118,6 +119,13 @@ class VllmEngine:
         )
         if not cpu:
             kwargs["gpu_memory_utilization"] = self.config.gpu_memory_utilization
+        else:
+            # vLLM 0.32 on CPU crashes the engine when a seeded request's prefill is split over
+            # steps (it rewinds the request's torch.Generator, which CPU generators cannot do:
+            # "CPU Generator does not use offset"). Continuation chunks re-submit long contexts,
+            # so under load prefills would be split: never split them on CPU.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(self.config.max_model_len, 2048)
         args = AsyncEngineArgs(**kwargs)
         engine = AsyncLLM.from_engine_args(args, stat_loggers=[_LoadRecorder(self._stats)])
         return engine, model_path
@@ -197,6 +205,8 @@ class VllmEngine:
         t0 = time.perf_counter()
         steps = 0
         final: Any = None
+        from vllm.v1.engine.exceptions import EngineDeadError
+
         try:
             async for out in engine.generate(
                 TokensPrompt(prompt_token_ids=context),
@@ -206,6 +216,8 @@ class VllmEngine:
             ):
                 steps += 1
                 final = out
+        except EngineDeadError as exc:
+            raise EngineDead(f"{self.replica_id}: vLLM engine core died: {exc}") from exc
         finally:
             self._running.pop(request.request_id, None)
         elapsed = time.perf_counter() - t0
@@ -236,6 +248,13 @@ class VllmEngine:
             engine_steps=steps,
             elapsed_s=elapsed,
         )
+
+    async def check_health(self) -> None:
+        if self._engine is None:
+            return
+        if self._engine.errored:
+            raise EngineDead(f"{self.replica_id}: {self._engine.dead_error!r}")
+        await self._engine.check_health()
 
     async def abort(self, request_id: str) -> bool:
         engine_id = self._running.get(request_id)

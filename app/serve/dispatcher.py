@@ -426,6 +426,7 @@ class Dispatcher:
                 FinishReason.STOP if res.finish_reason is FinishReason.STOP else FinishReason.LENGTH
             )
             job.requests_done += 1
+            run.finished_at = now
             job.finish_times.append(now)
             self.metrics.requests_done.inc()
         self._after_request(job, run, d, finished)
@@ -439,7 +440,7 @@ class Dispatcher:
         self._release(gid)
         if job.state.terminal:
             return
-        job.results.append(assemble_group(job.plan.group(gid)))
+        job.results.append(assemble_group(job.plan.group(gid), job.created_at))
         if len(job.results) == len(job.plan.groups):
             self._finish(job, JobState.DONE)
         else:

@@ -28,5 +28,10 @@ class EngineReplica:
     async def abort(self, request_id: str) -> bool:
         return await self.engine.abort(request_id)
 
+    async def check_health(self) -> None:
+        """Serve's periodic health check: a dead engine fails it, and Serve restarts us."""
+        await self.engine.check_health()
+
     async def load(self) -> EngineLoad:  # async: on the engine's event loop, not a thread
+        await self.engine.check_health()  # a dead engine is not reported as healthy load
         return self.engine.load()

@@ -15,6 +15,7 @@ from ray import serve
 
 from app.api import GroupResult, JobState, JobStatus
 from app.config import SchedulerUserConfig, ServiceConfig
+from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
@@ -32,7 +33,8 @@ class ServeLinks:
     def _unreachable(exc: BaseException) -> bool:
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
-        return isinstance(exc, ActorDiedError | ActorUnavailableError | RayActorError)
+        dead = ActorDiedError | ActorUnavailableError | RayActorError | EngineDead
+        return isinstance(exc, dead)
 
     async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
         try:

@@ -196,3 +196,28 @@ def test_continuation_chunk_is_served_from_the_prefix_cache(
     while hits() - before < 256 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert hits() - before >= 256  # the prompt's full blocks came from the cache
+
+
+def test_concurrent_seeded_long_prompts_keep_the_engine_alive(
+    vllm_engine: Any, loop_thread: Any
+) -> None:
+    """Regression: vLLM 0.32 on CPU killed its engine core ("CPU Generator does not use
+    offset") when a seeded request's prefill was split over steps, which continuation chunks of
+    a loaded service trigger. The engine never splits prefills on CPU."""
+
+    async def many() -> list[Any]:
+        reqs = [
+            _req(
+                [1 + (i * 7 + j) % 400 for j in range(700)],
+                rid=f"seeded-{i}",
+                chunk=4,
+                cap=4,
+                sampling=SamplingParams(temperature=1.0, seed=i),
+            )
+            for i in range(24)
+        ]
+        return await asyncio.gather(*(vllm_engine.run_chunk(r) for r in reqs))
+
+    results = loop_thread.run(many(), timeout=300)
+    assert all(len(r.token_ids) >= 1 for r in results)
+    loop_thread.run(vllm_engine.check_health())
