@@ -10,6 +10,7 @@ from app.engines.config import EngineConfig
 ENGINE_BACKENDS: dict[str, str] = {
     "vllm": "app.engines.vllm_engine:VllmEngine",
     "fake": "app.engines.fake:FakeEngine",
+    "sim": "app.engines.sim:SimEngine",
 }
 
 
