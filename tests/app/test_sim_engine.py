@@ -350,3 +350,14 @@ def test_a_continuation_past_the_stop_point_stops_at_once() -> None:
 
     r = run(main)
     assert r.token_ids == [EOS] and r.finish_reason is FinishReason.STOP
+
+
+@pytest.mark.parametrize("name", ["qwen2-vl", "kimi-k2", f"replay:{RECORDED}"])
+def test_the_workload_is_the_one_seer_simulate_draws(name: str) -> None:
+    from core.sim.report import SimulationRequest, build_workload
+
+    sim = SimConfig(workload=name, scale=0.02, seed=4)
+    scale = 1.0 if name.startswith("replay:") else 0.02
+    work, cost, _ = build_workload(SimulationRequest(workload=name, scale=scale, seed=4))
+    assert sim_workload(sim).work.lengths == work.lengths
+    assert sim_workload(sim).cost == cost
