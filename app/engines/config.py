@@ -26,8 +26,9 @@ class SimConfig(BaseModel):
     )
     cost: str | None = Field(
         None,
-        description="preset whose instance cost model (step time, KV capacity, max_running) "
-        "is used; None = the workload's preset (qwen2-vl for replay:FILE, like seer simulate)",
+        description="preset whose instance cost model (step time, KV capacity) is used; None = "
+        "the workload's preset (qwen2-vl for replay:FILE, like seer simulate). Sequences decoded "
+        "at once: engine.max_num_seqs (the presets' instances run 256, kimi-k2 1024)",
     )
     scale: float = Field(
         1.0, gt=0, le=100, description="presets: multiply the groups by this, (0, 100]"
@@ -39,9 +40,6 @@ class SimConfig(BaseModel):
         le=100.0,
         description="wall seconds per virtual second, [1e-6, 100]: 0.01 runs a 40 ms "
         "paper-scale step in 0.4 ms; below ~1e-4 the event loop, not the model, sets the pace",
-    )
-    max_running: int | None = Field(
-        None, ge=1, le=4096, description="sequences decoded at once, 1..4096; None = cost model's"
     )
     vocab_size: int = Field(
         65_536,

@@ -87,7 +87,8 @@ class SimEngine:
                 f"one {work.cost.model.name} instance ({cap} tokens)"
             )
         self._work = work
-        self._inst = Instance(cost=work.cost, managed=False)
+        cost = dataclasses.replace(work.cost, max_running=self.config.max_num_seqs)
+        self._inst = Instance(cost=cost, managed=False)
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time()
 

@@ -183,10 +183,7 @@ def _cost(config: SimConfig) -> CostModel:
     preset = config.cost or (
         "qwen2-vl" if config.workload.startswith("replay:") else config.workload
     )
-    cost = get_preset(preset).cost
-    if config.max_running is not None:
-        cost = dataclasses.replace(cost, max_running=config.max_running)
-    return cost
+    return get_preset(preset).cost
 
 
 def _load_replay(config: SimConfig) -> SimWorkload:

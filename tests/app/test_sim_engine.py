@@ -28,7 +28,8 @@ T = TypeVar("T")
 
 
 def engine(sim: SimConfig = FAST, max_model_len: int = 65_536, rid: str = "sim-0") -> SimEngine:
-    e = make_engine(EngineConfig(backend="sim", max_model_len=max_model_len, sim=sim), rid)
+    cfg = EngineConfig(backend="sim", max_model_len=max_model_len, max_num_seqs=256, sim=sim)
+    e = make_engine(cfg, rid)
     assert isinstance(e, SimEngine)
     return e
 
@@ -208,10 +209,10 @@ def test_wall_time_follows_the_cost_model() -> None:
 
 
 def test_abort_load_and_cancel() -> None:
-    sim = FAST.model_copy(update={"max_running": 2, "time_scale": 0.05})
+    sim = FAST.model_copy(update={"time_scale": 0.05})
 
     async def main() -> None:
-        e = engine(sim)
+        e = make_engine(EngineConfig(backend="sim", max_model_len=65_536, max_num_seqs=2, sim=sim))
         await e.start()
         assert not await e.abort("nobody")
         p = group_prompt(sim, 4)
@@ -314,7 +315,6 @@ def test_bad_config_names_the_field() -> None:
 
     assert "time_scale" in err(time_scale=0)
     assert "scale" in err(scale=0)
-    assert "max_running" in err(max_running=0)
     assert "unknown workload 'nope'; valid: moonlight, qwen2-vl, kimi-k2" in err(workload="nope")
     assert "no recorded rollouts file" in err(workload="replay:/nonexistent.jsonl.gz")
     assert "unknown cost preset 'h100'" in err(cost="h100")
