@@ -289,7 +289,7 @@ class SimEngine:
     def _result(self, chunk: _Chunk) -> ChunkResult:
         req = chunk.request
         done = len(req.generated_token_ids)
-        ids, lps = chunk.track.tokens(done, done + chunk.produced)
+        ids, lps = chunk.track.tokens(done, done + chunk.produced, req.logprobs)
         if chunk.finish is FinishReason.STOP:
             ids[-1] = EOS  # also when the caller's tokens already ran past the stop point
         return ChunkResult(

@@ -83,19 +83,23 @@ class Track:
     stop: int | None
     recorded: tuple[int, ...] = ()
 
-    def tokens(self, start: int, end: int) -> tuple[list[int], list[float]]:
-        """Token ids and logprobs of positions [start, end)."""
+    def tokens(self, start: int, end: int, logprobs: bool = True) -> tuple[list[int], list[float]]:
+        """Token ids and logprobs (empty unless ``logprobs``) of positions [start, end)."""
         pos = np.arange(start, end, dtype=np.uint64)
         h = _mix(pos * _GOLDEN + np.uint64(self.key))
         ids = (h % np.uint64(95) + np.uint64(_PRINTABLE0)).astype(np.int64)
-        lps = -((h >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.float64) / 16384.0
+        lps: list[float] = []
+        if logprobs:
+            lps = (
+                -((h >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.float64) / 16384.0
+            ).tolist()
         n_rec = len(self.recorded)
         if start < n_rec:
             upto = min(end, n_rec)
             ids[: upto - start] = self.recorded[start:upto]
         if self.stop is not None and max(start, n_rec) <= self.stop - 1 < end:
             ids[self.stop - 1 - start] = EOS
-        return ids.tolist(), lps.tolist()
+        return ids.tolist(), lps
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,7 @@ class SimWorkload:
     recorded_outputs: list[list[tuple[int, ...]]] | None = None
     recorded_stopped: list[list[bool]] | None = None
     by_prompt: dict[tuple[int, ...], int] = dataclasses.field(default_factory=dict)
+    _prompts: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # drawn, cached
 
     @property
     def groups(self) -> int:
@@ -134,10 +139,18 @@ class SimWorkload:
             raise ValueError(f"group={g} outside [0, {self.groups - 1}]")
         if self.recorded_prompts is not None:
             return list(self.recorded_prompts[g])
-        c = self.config
-        head = encode_text(f"[seer-sim {c.workload} seed={c.seed} scale={c.scale:g} group={g}] ")
-        fill = max(0, self.work.prompt_tokens[g] - len(head))
-        return head + Track(_key("prompt", c.seed, g), None).tokens(0, fill)[0]
+        return list(self._prompt(g))
+
+    def _prompt(self, g: int) -> list[int]:
+        cached = self._prompts.get(g)
+        if cached is None:
+            c = self.config
+            head = f"[seer-sim {c.workload} seed={c.seed} scale={c.scale:g} group={g}] "
+            ids = encode_text(head)
+            fill = max(0, self.work.prompt_tokens[g] - len(ids))
+            cached = ids + Track(_key("prompt", c.seed, g), None).tokens(0, fill, False)[0]
+            self._prompts[g] = cached
+        return cached
 
     def group_of(self, prompt: Sequence[int]) -> int | None:
         """The workload group whose prompt this is, None for any other prompt."""
@@ -153,7 +166,7 @@ class SimWorkload:
         if m is None:
             return None
         g = int(m.group(4))
-        if g >= self.groups or list(prompt) != self.prompt(g):
+        if g >= self.groups or list(prompt) != self._prompt(g):
             return None
         return g
 
