@@ -2,7 +2,72 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Table 3 presets of ``core.sim.workload.PRESETS`` (listed here so configs validate without
+#: importing numpy; tests/app/test_sim_engine.py checks the two lists agree).
+SIM_PRESETS = ("moonlight", "qwen2-vl", "kimi-k2")
+
+
+class SimConfig(BaseModel):
+    """The ``sim`` backend: one paper-scale instance (``core.sim`` cost model) in wall time.
+
+    The workload is the one ``seer simulate --workload W --scale S --seed N`` draws, so a
+    client can send exactly it (``app.engines.sim_workload.group_prompt``) and compare."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: str = Field(
+        "qwen2-vl",
+        description="lengths and tokens: a Table 3 preset (moonlight | qwen2-vl | kimi-k2) or "
+        "replay:FILE (recorded rollouts, .jsonl or .jsonl.gz; tokens replayed)",
+    )
+    cost: str | None = Field(
+        None,
+        description="preset whose instance cost model (step time, KV capacity) is used; None = "
+        "the workload's preset (qwen2-vl for replay:FILE, like seer simulate). Sequences decoded "
+        "at once: engine.max_num_seqs (the presets' instances run 256, kimi-k2 1024)",
+    )
+    scale: float = Field(
+        1.0, gt=0, le=100, description="presets: multiply the groups by this, (0, 100]"
+    )
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the drawn lengths and tokens")
+    time_scale: float = Field(
+        0.01,
+        ge=1e-6,
+        le=100.0,
+        description="wall seconds per virtual second, [1e-6, 100]: 0.01 runs a 40 ms "
+        "paper-scale step in 0.4 ms; below ~1e-4 the event loop, not the model, sets the pace",
+    )
+    vocab_size: int = Field(
+        65_536,
+        ge=512,
+        le=16_777_216,
+        description="token ids lie in [0, vocab_size), 512..2^24; must exceed recorded ids",
+    )
+
+    @field_validator("workload")
+    @classmethod
+    def _known_workload(cls, v: str) -> str:
+        if v.startswith("replay:"):
+            path = Path(v[len("replay:") :])
+            if not path.is_file():
+                raise ValueError(f"workload {v!r}: no recorded rollouts file {str(path)!r}")
+            return v
+        if v not in SIM_PRESETS:
+            raise ValueError(
+                f"unknown workload {v!r}; valid: {', '.join(SIM_PRESETS)} or replay:FILE"
+            )
+        return v
+
+    @field_validator("cost")
+    @classmethod
+    def _known_cost(cls, v: str | None) -> str | None:
+        if v is not None and v not in SIM_PRESETS:
+            raise ValueError(f"unknown cost preset {v!r}; valid: {', '.join(SIM_PRESETS)}")
+        return v
 
 
 class EngineConfig(BaseModel):
@@ -10,7 +75,7 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: str = Field("vllm", description="engine registry name: vllm | fake")
+    backend: str = Field("vllm", description="engine registry name: vllm | fake | sim")
     model: str = Field(
         "smollm2-135m-instruct",
         description="prepared model name (smollm2-135m-instruct, tiny-llama) or a model folder",
@@ -28,4 +93,7 @@ class EngineConfig(BaseModel):
     start_timeout_s: float = Field(600.0, gt=0, le=7200, description="engine start deadline")
     fake_step_s: float = Field(
         0.001, ge=0, le=10, description="fake backend only: seconds per generated token"
+    )
+    sim: SimConfig | None = Field(
+        None, description="backend sim only (None = SimConfig defaults); model is then ignored"
     )

