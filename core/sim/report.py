@@ -3,7 +3,10 @@
 Invariant: every policy of one report runs on the *same* drawn workload and cost model, so
 their figures differ only by policy; the JSON shape is a contract other tools parse:
 ``{"workload": {...}, "policies": {name: {throughput_tok_s, makespan_s, tail_s,
-lower_bound_s, preemptions}}}``.
+lower_bound_s, preemptions, mean_acceptance_length, spec_step_cost_ratio, spec_step_share}}}``
+(``mean_acceptance_length``: tau, tokens per request per step, 1.0 without speculation;
+``spec_step_cost_ratio``: mean over the steps that verified drafts of their time over the same
+step without drafts, 1.0 when none did; ``spec_step_share``: the fraction of steps that did).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class SimulationRequest:
     policies: tuple[str, ...] = ("verl", "divided", "context", "seer", "oracle")
     seed: int = 0
     chunk_tokens: int | None = None
-    acceptance: str = "paper"
+    acceptance: str = "paper-1path"
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -78,6 +81,9 @@ class SimulationReport:
                     "tail_s": r.tail_s,
                     "lower_bound_s": r.lower_bound_s,
                     "preemptions": r.preemptions,
+                    "mean_acceptance_length": r.mean_acceptance_length,
+                    "spec_step_cost_ratio": r.spec_step_cost_ratio,
+                    "spec_step_share": r.spec_step_share,
                 }
                 for name, r in self.results.items()
             },
@@ -97,7 +103,7 @@ class SimulationReport:
         best = self.results.get("oracle")
         cols = (
             f"{'policy':<12}{'tok/s':>10}{'x verl':>8}{'makespan s':>12}{'x oracle':>10}"
-            f"{'tail s':>9}{'tail/verl':>10}{'bound s':>9}{'preempt':>9}{'accept':>8}"
+            f"{'tail s':>9}{'tail/verl':>10}{'bound s':>9}{'preempt':>9}{'tau':>6}{'spec x':>8}"
         )
         lines = [head, cols]
         for name, r in self.results.items():
@@ -107,7 +113,7 @@ class SimulationReport:
             lines.append(
                 f"{name:<12}{r.throughput_tok_s:>10.0f}{xv:>8}{r.makespan_s:>12.0f}{xo:>10}"
                 f"{r.tail_s:>9.0f}{tv:>10}{r.lower_bound_s:>9.0f}{r.preemptions:>9}"
-                f"{r.mean_acceptance_length:>8.2f}"
+                f"{r.mean_acceptance_length:>6.2f}{r.spec_step_cost_ratio:>8.2f}"
             )
         return "\n".join(lines)
 

@@ -44,8 +44,10 @@ class PolicyResult:
     preemptions: int
     chunks: int
     migrations: int
-    mean_acceptance_length: float
+    mean_acceptance_length: float  # tau: tokens per request per step (1.0 = no speculation)
     wall_s: float
+    spec_step_cost_ratio: float = 1.0  # mean over speculative steps: step time / without drafts
+    spec_step_share: float = 0.0  # fraction of steps that verified draft tokens
     trace: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
 
 
@@ -74,9 +76,10 @@ def tail_time(finish_times: list[float]) -> float:
 DraftChooser = Callable[[list[float], list[bool], float, int], list[int]]
 
 
-def adaptive_draft_chooser(cost: CostModel) -> DraftChooser:
+def adaptive_draft_chooser(cost: CostModel, paths: int = 1) -> DraftChooser:
     """Draft lengths from the drafting issue's marginal-benefit policy (the same code the
-    engines run), with this instance's step time as the cost."""
+    engines run), with this instance's step time as the cost; a draft of g positions is
+    charged ``paths`` x g verified tokens."""
     from core.drafting.adaptive import AdaptiveDraftConfig, DraftCandidate, choose_draft_lengths
 
     cfg = AdaptiveDraftConfig(draft_time_s=cost.draft_s_per_request)
@@ -86,7 +89,7 @@ def adaptive_draft_chooser(cost: CostModel) -> DraftChooser:
         cands = [DraftCandidate(ids[i], alphas[i], probes[i]) for i in range(n)]
 
         def step(b: int, d: int) -> float:
-            return cost.step_time(b, ctx_sum, d)
+            return cost.step_time(b, ctx_sum, d * paths)
 
         out = choose_draft_lengths(cands, step, cfg)
         return [out[ids[i]] for i in range(n)]
@@ -142,14 +145,18 @@ def simulate(
     acc = acceptance or paper_model()
     chooser = None
     if plan.speculate:
-        chooser = draft_chooser or adaptive_draft_chooser(cost)
+        chooser = draft_chooser or adaptive_draft_chooser(cost, acc.paths)
     traces: dict[int, list[tuple[float, int]]] = {}
     insts = []
     for i in range(spec.instances):
         tr: list[tuple[float, int]] | None = [] if trace else None
         if tr is not None:
             traces[i] = tr
-        insts.append(Instance(cost=cost, managed=managed, choose_drafts=chooser, trace=tr))
+        insts.append(
+            Instance(
+                cost=cost, managed=managed, choose_drafts=chooser, trace=tr, draft_paths=acc.paths
+            )
+        )
     generated = [0] * len(true_len)
     finish_at = [0.0] * len(true_len)
     heap: list[tuple[float, int, int]] = []
@@ -242,6 +249,9 @@ def simulate(
     total = float(sum(true_len))
     slot_steps = sum(x.slot_steps for x in insts)
     mal = sum(x.tokens_out for x in insts) / slot_steps if slot_steps > 0 else 1.0
+    steps = sum(x.steps for x in insts)
+    spec_steps = sum(x.spec_steps for x in insts)
+    ratio = sum(x.spec_cost for x in insts) / spec_steps if spec_steps > 0 else 1.0
     return PolicyResult(
         policy=policy,
         throughput_tok_s=total / makespan,
@@ -253,5 +263,7 @@ def simulate(
         migrations=migrations,
         mean_acceptance_length=mal,
         wall_s=time.perf_counter() - wall0,
+        spec_step_cost_ratio=ratio,
+        spec_step_share=spec_steps / steps if steps > 0 else 0.0,
         trace=traces,
     )

@@ -32,11 +32,44 @@ def test_json_contract() -> None:
         3,
     )
     assert list(data["policies"]) == ["verl", "divided", "context", "seer", "oracle"]
-    for fig in data["policies"].values():
+    for name, fig in data["policies"].items():
         assert set(fig) == {"throughput_tok_s", "makespan_s", "tail_s", "lower_bound_s",
-                            "preemptions"}  # fmt: skip
+                            "preemptions", "mean_acceptance_length", "spec_step_cost_ratio",
+                            "spec_step_share"}  # fmt: skip
         assert isinstance(fig["preemptions"], int)
         assert fig["throughput_tok_s"] > 0 and fig["makespan_s"] > fig["tail_s"] >= 0
+        if name != "seer":  # no speculation: one token per step, no speculative steps
+            assert fig["mean_acceptance_length"] == pytest.approx(1.0)
+            assert (fig["spec_step_cost_ratio"], fig["spec_step_share"]) == (1.0, 0.0)
+    seer = data["policies"]["seer"]
+    assert seer["mean_acceptance_length"] > 1.1
+    assert 0 < seer["spec_step_share"] <= 1
+    # the fitted verification cost of the qwen2-vl preset makes a speculative step dearer
+    assert seer["spec_step_cost_ratio"] > 1.05
+    assert w["acceptance"] == "paper-1path"  # the default: one linear draft path (vLLM 0.32)
+
+
+def test_json_reports_preemptions_of_verl_under_kv_pressure() -> None:
+    # 8 groups x 16 requests of ~15k tokens on one qwen2-vl instance (1.25M KV tokens) overflow
+    # the KV under verl (everything admitted up front); divided admission never preempts
+    res = runner.invoke(cli, ["simulate", "--workload", "qwen2-vl", "--groups", "8",
+                              "--group-size", "16", "--mean-tokens", "15000", "--max-tokens",
+                              "20000", "--instances", "1", "--outlier-frac", "0",
+                              "--length-sigma", "0", "--within-sigma", "0.1",
+                              "--policies", "verl,divided", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    pol = json.loads(res.stdout)["policies"]
+    assert pol["verl"]["preemptions"] > 0
+    assert pol["divided"]["preemptions"] == 0
+
+
+def test_acceptance_flag_selects_the_multi_path_calibration() -> None:
+    res = runner.invoke(cli, ["simulate", *SMALL, "--policies", "seer", "--acceptance", "paper",
+                              "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["workload"]["acceptance"] == "paper"
+    assert data["policies"]["seer"]["mean_acceptance_length"] > 1.1
 
 
 def test_scale_and_policies() -> None:
