@@ -219,7 +219,8 @@ def simulate(
         inst.sync(now)
         if managed:
             inst.activate_ready()
-        for k, produced in inst.pop_finished():
+        finished = inst.pop_finished()
+        for k, produced in finished:
             gen = generated[k] + produced
             generated[k] = gen
             rid = req_ids[k]
@@ -236,7 +237,10 @@ def simulate(
         if not managed:
             for k, produced in inst.preempt_if_full():
                 generated[k] += produced  # tokens kept; recomputed on readmission
-        touched = start(sched.schedule(), now)
+        # The scheduler is a pure state machine and only complete() changes its state between
+        # events: after an event without one (step time re-frozen, KV pull done, preemption)
+        # schedule() would return nothing again, so it is not asked (exact, and most events).
+        touched = start(sched.schedule(), now) if finished else set()
         touched.add(i)
         for j in touched:
             replan(j)

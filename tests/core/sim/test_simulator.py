@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from core.scheduling import SchedulerConfig
+from core.engine.types import FinishReason
+from core.scheduling import ChunkDecision, SchedulerConfig
 from core.sim.acceptance import paper_model
 from core.sim.cost import QWEN2_VL_72B, CostModel
 from core.sim.simulator import DraftChooser, lower_bound, simulate, tail_time
@@ -188,3 +189,29 @@ def test_speculation_gain_calibrated_to_table4_within_5_percent(name: str) -> No
     p = PRESETS[name]
     got = spec_gain(p, p.cost.verify_step_s, SPEC_SEEDS, SPEC_SCALE)
     assert got == pytest.approx(p.paper_seer_x / p.paper_context_x, rel=0.05)
+
+
+def test_scheduler_is_asked_only_after_events_that_completed_a_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import core.sim.simulator as simulator
+
+    idle_asks = [0]  # schedule() calls with no complete() since the previous call
+    state = {"first": True, "changed": False}
+
+    class Counting(simulator.Scheduler):
+        def schedule(self) -> list[ChunkDecision]:
+            if not (state["first"] or state["changed"]):
+                idle_asks[0] += 1
+            state["first"] = state["changed"] = False
+            return super().schedule()
+
+        def complete(self, request_id: str, new_tokens: int, finish_reason: FinishReason) -> bool:
+            state["changed"] = True
+            return super().complete(request_id, new_tokens, finish_reason)
+
+    monkeypatch.setattr(simulator, "Scheduler", Counting)
+    w = small()
+    r = simulate(w, COST, "seer")
+    assert r.throughput_tok_s * r.makespan_s == pytest.approx(w.total_tokens, rel=1e-9)
+    assert idle_asks[0] == 0
