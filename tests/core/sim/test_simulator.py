@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from core.engine.types import FinishReason
-from core.scheduling import ChunkDecision, SchedulerConfig
+from core.scheduling import ChunkDecision, SchedulerConfig, get_policy
 from core.sim.acceptance import paper_model
 from core.sim.cost import QWEN2_VL_72B, CostModel
 from core.sim.simulator import DraftChooser, lower_bound, simulate, tail_time
@@ -215,3 +215,16 @@ def test_scheduler_is_asked_only_after_events_that_completed_a_chunk(
     r = simulate(w, COST, "seer")
     assert r.throughput_tok_s * r.makespan_s == pytest.approx(w.total_tokens, rel=1e-9)
     assert idle_asks[0] == 0
+
+
+def test_seer_paper_is_algorithm_2_plus_speculation() -> None:
+    plan = get_policy("seer-paper")
+    assert (plan.config.ordering, plan.config.probes, plan.speculate) == ("context-max", True, True)
+    w = small()
+    alg2 = simulate(w, COST, "context-max")
+    paper = simulate(w, dataclasses.replace(COST, verify_step_s=0.02), "seer-paper")
+    assert paper.mean_acceptance_length > 1.1
+    assert paper.makespan_s < alg2.makespan_s
+    # with speculation priced out it makes exactly Algorithm 2's decisions
+    off = simulate(w, dataclasses.replace(COST, verify_step_s=1.0), "seer-paper")
+    assert off.makespan_s == pytest.approx(alg2.makespan_s, rel=1e-9)
