@@ -68,6 +68,14 @@ def simulate(
             "tokens), or replay:FILE (JSON of `seer replay --json`)"
         ),
     ] = "paper-1path",
+    ranks: Annotated[
+        int,
+        typer.Option(
+            help="data-parallel attention ranks per instance (e.g. 32 for Kimi-K2's DP32): each "
+            "rank holds its own KV, batch (max running / ranks) and draft budget; 1 = the "
+            "preset's aggregate model (docs/simulator.md)"
+        ),
+    ] = 1,
 ) -> None:
     """Simulate one rollout iteration on N engine instances in virtual time and compare
     policies: throughput (output tokens/s), makespan, tail (time spent on the last 10% of
@@ -99,6 +107,7 @@ def simulate(
             chunk_tokens=chunk_tokens,
             acceptance=acceptance,
             trace=plot is not None,
+            ranks=ranks,
         )
         report = run_simulation(req) if as_json else _run_with_progress(req)
     except (ValueError, FileNotFoundError) as exc:

@@ -102,6 +102,11 @@ class Instance:
         return self.cost.max_running - len(self._free)
 
     @property
+    def load(self) -> int:
+        """Requests on this engine, running or waiting (what a DP load balancer compares)."""
+        return self.batch + len(self.waiting)
+
+    @property
     def kv_used(self) -> float:
         return float(self.ctx[self.active].sum())
 

@@ -38,7 +38,9 @@ class SimulationRequest:
     """What to simulate. ``workload``: a preset name or ``replay:FILE``; ``overrides``: spec
     fields (``_SPEC_FIELDS``) replacing the preset's; ``scale`` in (0, 100]; ``policies``: names
     in ``core.scheduling.POLICIES`` (distinct, >= 1); ``chunk_tokens``: None = scheduler default;
-    ``acceptance``: see ``core.sim.acceptance.get_acceptance``."""
+    ``acceptance``: see ``core.sim.acceptance.get_acceptance``; ``ranks``: data-parallel
+    attention ranks per instance (>= 1, dividing its GPUs; 1 = the preset's aggregate model),
+    each with its own KV, 1/ranks of the instance's ``max_running`` and its own draft budget."""
 
     workload: str = "qwen2-vl"
     overrides: dict[str, float | int] = field(default_factory=dict)
@@ -48,6 +50,7 @@ class SimulationRequest:
     chunk_tokens: int | None = None
     acceptance: str = "paper-1path"
     trace: bool = False
+    ranks: int = 1
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -62,6 +65,8 @@ class SimulationRequest:
             raise ValueError(f"unknown workload fields {unknown}; valid: {list(_SPEC_FIELDS)}")
         if self.seed < 0:
             raise ValueError(f"seed={self.seed} < 0")
+        if self.ranks < 1:
+            raise ValueError(f"ranks={self.ranks} < 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +131,20 @@ def build_workload(req: SimulationRequest) -> tuple[Workload, CostModel, float |
         work = load_recorded(req.workload[len("replay:") :], instances=inst)
         if set(req.overrides) - {"instances"}:
             raise ValueError("replay workloads take only --instances among the shape flags")
-        return work, base.cost, None
+        return work, _per_rank(base.cost, req.ranks), None
     preset = get_preset(req.workload)
     spec = dataclasses.replace(preset.spec, **req.overrides)  # type: ignore[arg-type]
     if req.scale != 1.0:
         spec = spec.scaled(req.scale)
-    return generate(spec, req.seed), preset.cost, preset.paper_verl_s
+    return generate(spec, req.seed), _per_rank(preset.cost, req.ranks), preset.paper_verl_s
+
+
+def _per_rank(cost: CostModel, ranks: int) -> CostModel:
+    """``cost`` with ``ranks`` data-parallel attention ranks sharing its slots evenly."""
+    if ranks == cost.ranks:
+        return cost
+    slots = cost.max_running * cost.ranks
+    return dataclasses.replace(cost, ranks=ranks, max_running=max(1, slots // ranks))
 
 
 def run_simulation(
@@ -179,6 +192,7 @@ def run_simulation(
         "max_running": cost.max_running,
         "model": cost.model.name,
         "gpus_per_instance": cost.gpus,
+        "ranks_per_instance": cost.ranks,
         "paper_verl_s": paper,
     }
     return SimulationReport(workload=work, cost=cost, params=params, results=results)

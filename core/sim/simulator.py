@@ -60,7 +60,8 @@ def lower_bound(work: Workload, cost: CostModel) -> float:
     total = float(sum(lens))
     prompt = sum(work.prompt_tokens) / len(work.prompt_tokens)
     mean_ctx = prompt + sum(x * x for x in lens) / (2.0 * total)
-    work_s = total / (work.spec.instances * cost.peak_tokens_per_s(mean_ctx))
+    engines = work.spec.instances * cost.ranks
+    work_s = total / (engines * cost.peak_tokens_per_s(mean_ctx))
     longest = max(lens)
     return max(work_s, cost.time_alone(longest, round(prompt)))
 
@@ -115,6 +116,12 @@ def simulate(
     wall0 = time.perf_counter()
     plan = get_policy(policy, base)
     spec = work.spec
+    need = max(work.prompt_tokens) + spec.max_tokens
+    if need > cost.kv_capacity_tokens:
+        raise ValueError(
+            f"a request of {max(work.prompt_tokens)} prompt + {spec.max_tokens} max tokens does "
+            f"not fit one engine's {cost.kv_capacity_tokens} KV tokens (it would never finish)"
+        )
     G = spec.group_size
     # Requests in submission order: group g, response i -> index g * G + i.
     true_len = [x for row in work.lengths for x in row]
@@ -132,10 +139,20 @@ def simulate(
         for g in range(spec.groups)
     ]
     managed = plan.config.divided
-    replicas = [
-        ReplicaSpec(f"i{i}", cost.kv_capacity_tokens, cost.max_running)
-        for i in range(spec.instances)
-    ]
+    # One engine per instance, or per data-parallel attention rank (``cost.ranks``). Divided
+    # policies route chunks to ranks (each its own KV); verl hands whole groups to instances and
+    # the engine's DP load balancer puts each request on the rank with the fewest requests.
+    ranks = cost.ranks
+    engines = spec.instances * ranks
+    if managed or ranks == 1:
+        replicas = [
+            ReplicaSpec(f"i{i}", cost.kv_capacity_tokens, cost.max_running) for i in range(engines)
+        ]
+    else:
+        replicas = [
+            ReplicaSpec(f"i{i}", cost.kv_capacity_tokens * ranks, cost.max_running * ranks)
+            for i in range(spec.instances)
+        ]
     if plan.uses_prior and prior is None:
         # the previous iteration on the same prompts: same latent group lengths, fresh noise
         earlier = resample_same_prompts(work, seed=prior_seed)
@@ -148,7 +165,7 @@ def simulate(
         chooser = draft_chooser or adaptive_draft_chooser(cost, acc.paths)
     traces: dict[int, list[tuple[float, int]]] = {}
     insts = []
-    for i in range(spec.instances):
+    for i in range(engines):
         tr: list[tuple[float, int]] | None = [] if trace else None
         if tr is not None:
             traces[i] = tr
@@ -181,10 +198,14 @@ def simulate(
         touched: set[int] = set()
         for d in decisions:
             k = index[d.request_id]
-            inst = insts[d.replica]
-            if d.replica not in touched:
+            e = d.replica
+            if not managed and ranks > 1:
+                first = d.replica * ranks
+                e = min(range(first, first + ranks), key=lambda j: insts[j].load)
+            inst = insts[e]
+            if e not in touched:
                 inst.sync(now)
-                touched.add(d.replica)
+                touched.add(e)
             produce = min(d.max_new_tokens, true_len[k] - d.generated)
             chunk_start[k] = d.generated
             stall = 0.0

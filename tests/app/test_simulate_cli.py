@@ -111,5 +111,19 @@ def test_help_documents_every_flag() -> None:
     assert res.exit_code == 0
     for flag in ("--workload", "--groups", "--group-size", "--mean-tokens", "--max-tokens",
                  "--instances", "--length-sigma", "--within-sigma", "--scale", "--policies",
-                 "--seed", "--json", "--plot"):  # fmt: skip
+                 "--seed", "--json", "--plot", "--acceptance", "--ranks"):  # fmt: skip
         assert flag in res.stdout
+
+
+def test_ranks_split_an_instance_into_data_parallel_engines() -> None:
+    args = ["simulate", "--workload", "kimi-k2", "--groups", "8", "--instances", "1",
+            "--policies", "verl,divided", "--json"]  # fmt: skip
+    pooled = json.loads(runner.invoke(cli, args).stdout)["workload"]
+    res = runner.invoke(cli, [*args, "--ranks", "32"])
+    assert res.exit_code == 0, res.output
+    w = json.loads(res.stdout)["workload"]
+    assert (pooled["ranks_per_instance"], w["ranks_per_instance"]) == (1, 32)
+    assert w["max_running"] == pooled["max_running"] // 32
+    assert w["kv_capacity_tokens"] == pooled["kv_capacity_tokens"] // 32
+    res = runner.invoke(cli, [*args, "--ranks", "5"])
+    assert res.exit_code == 2 and "ranks=5 does not divide gpus=32" in res.output

@@ -228,3 +228,30 @@ def test_seer_paper_is_algorithm_2_plus_speculation() -> None:
     # with speculation priced out it makes exactly Algorithm 2's decisions
     off = simulate(w, dataclasses.replace(COST, verify_step_s=1.0), "seer-paper")
     assert off.makespan_s == pytest.approx(alg2.makespan_s, rel=1e-9)
+
+
+def test_per_rank_kv_makes_verl_preempt_where_the_pooled_kv_does_not() -> None:
+    # 4 ranks of 1/4 the KV each: verl's requests land on ranks by the DP load balancer and
+    # overflow a rank's KV; divided policies route chunks to ranks and never preempt
+    agg = dataclasses.replace(COST, mem_util=0.4, max_running=64)  # 240k KV tokens pooled
+    rank = dataclasses.replace(agg, ranks=4, max_running=16)  # 60k per rank
+    spec = WorkloadSpec("t", groups=8, group_size=8, mean_tokens=6000, max_tokens=16384,
+                        instances=1, outlier_frac=0.0, length_sigma=1.0,
+                        within_sigma=0.8)  # fmt: skip
+    w = generate(spec, 0)
+    pooled = simulate(w, agg, "verl")
+    split = simulate(w, rank, "verl")
+    assert pooled.preemptions == 0 < split.preemptions
+    for r in (split, simulate(w, rank, "divided"), simulate(w, rank, "seer")):
+        assert r.throughput_tok_s * r.makespan_s == pytest.approx(w.total_tokens, rel=1e-9)
+    assert simulate(w, rank, "divided").preemptions == 0
+
+
+def test_a_request_that_cannot_fit_one_engine_is_refused() -> None:
+    tiny = dataclasses.replace(COST, mem_util=0.3)  # ~44k KV tokens
+    spec = WorkloadSpec("t", groups=2, group_size=2, mean_tokens=3000, max_tokens=16384,
+                        instances=1)  # fmt: skip
+    w = generate(spec, 0)
+    simulate(w, tiny, "verl")  # fits
+    with pytest.raises(ValueError, match=r"1024 prompt \+ 16384 max tokens.*11\d{3} KV tokens"):
+        simulate(w, dataclasses.replace(tiny, ranks=4), "verl")
