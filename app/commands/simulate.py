@@ -63,10 +63,19 @@ def simulate(
     acceptance: Annotated[
         str,
         typer.Option(
-            help="acceptance calibration for seer: paper (Table 2, 4 paths), paper-1path, "
-            "or replay:FILE (JSON of `seer replay --json`)"
+            help="acceptance calibration for seer: paper-1path (Table 2, one linear draft "
+            "path, what vLLM 0.32 verifies), paper (Table 2's 4 paths, charged 4 x the draft "
+            "tokens), or replay:FILE (JSON of `seer replay --json`)"
         ),
-    ] = "paper",
+    ] = "paper-1path",
+    ranks: Annotated[
+        int,
+        typer.Option(
+            help="data-parallel attention ranks per instance (e.g. 32 for Kimi-K2's DP32): each "
+            "rank holds its own KV, batch (max running / ranks) and draft budget; 1 = the "
+            "preset's aggregate model (docs/simulator.md)"
+        ),
+    ] = 1,
 ) -> None:
     """Simulate one rollout iteration on N engine instances in virtual time and compare
     policies: throughput (output tokens/s), makespan, tail (time spent on the last 10% of
@@ -98,6 +107,7 @@ def simulate(
             chunk_tokens=chunk_tokens,
             acceptance=acceptance,
             trace=plot is not None,
+            ranks=ranks,
         )
         report = run_simulation(req) if as_json else _run_with_progress(req)
     except (ValueError, FileNotFoundError) as exc:

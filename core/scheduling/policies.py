@@ -75,6 +75,13 @@ def seer(base: SchedulerConfig) -> PolicyPlan:
     return _plan("seer", base, True, divided=True, ordering="context", probes=True)
 
 
+def seer_paper(base: SchedulerConfig) -> PolicyPlan:
+    """The paper's Seer as published, to check the simulator against Table 4: the paper's
+    literal Algorithm 2 (ordering ``context-max``) + adaptive grouped speculative decoding
+    (the engines' drafter: the marginal-benefit draft-length rule, g_max 8, probes first)."""
+    return _plan("seer-paper", base, True, divided=True, ordering="context-max", probes=True)
+
+
 def oracle(base: SchedulerConfig) -> PolicyPlan:
     """Divided + longest true remaining length first (knows every length; a yardstick)."""
     return _plan("oracle", base, False, divided=True, ordering="oracle", probes=False)
@@ -100,6 +107,7 @@ POLICIES: dict[str, PolicyFn] = {
     "context-hedge": context_hedge,
     "context-prior": context_prior,
     "seer": seer,
+    "seer-paper": seer_paper,
     "oracle": oracle,
     "oracle-group": oracle_group,
     "oracle-cap": oracle_cap,

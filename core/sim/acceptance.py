@@ -4,13 +4,17 @@ Invariant: a request's per-token acceptance rate depends only on how many siblin
 have text at its position (``refs``); it rises monotonically from ``alpha_none`` (no sibling
 text: the request's own suffix tree and the prompt) to ``alpha_full`` at ``full_refs`` siblings,
 in log(1 + refs) (each extra sibling adds less). A draft of g tokens then yields
-(1 - a^(g+1)) / (1 - a) tokens per verification step (bonus token included).
+(1 - a^(g+1)) / (1 - a) tokens per verification step (bonus token included), and costs
+``paths`` x g verified draft tokens: a k-path draft pays for every path, whichever is accepted.
 
 Calibrations (never numbers beyond their sources):
-- ``paper``: the paper's Table 2 mean acceptance lengths (incl. bonus) 1.70 with no sibling
-  references and 2.53 with 15 (2.85 with 4 draft paths), read as measured at the draft budget
-  g_max = 8; a is solved from (1 - a^9) / (1 - a) = length.
-- ``replay:FILE``: the same fit from the JSON of ``seer replay --json`` on recorded rollouts.
+- ``paper-1path`` (the default: one linear draft chain, what vLLM 0.32 verifies): the paper's
+  Table 2 mean acceptance lengths (incl. bonus) 1.70 with no sibling references and 2.53 with 15,
+  read as measured at the draft budget g_max = 8; a is solved from (1 - a^9) / (1 - a) = length.
+- ``paper``: the same with Table 2's 4-path figure at 15 references (2.85), charged 4 x g draft
+  tokens (a tree vLLM 0.32 cannot verify; kept to measure what multi-path would be worth).
+- ``replay:FILE``: the same fit from the JSON of ``seer replay --json`` on recorded rollouts
+  (its budget counts every token of a tree draft, so a fitted draft of g costs g tokens).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ PAPER_NO_REFS = 1.70
 PAPER_15_REFS = 2.53
 PAPER_15_REFS_4_PATHS = 2.85
 PAPER_DRAFT_BUDGET = 8
+PAPER_PATHS = 4
 
 
 def tokens_per_step(a: float, g: int) -> float:
@@ -51,12 +56,15 @@ def solve_alpha(length: float, g: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class AcceptanceModel:
-    """Bounds: 0 <= ``alpha_none`` <= ``alpha_full`` < 1; ``full_refs`` >= 1."""
+    """Bounds: 0 <= ``alpha_none`` <= ``alpha_full`` < 1; ``full_refs`` >= 1; ``paths`` in
+    1..16 (draft paths verified per request: a draft of g positions costs ``paths`` x g
+    tokens)."""
 
     source: str
     alpha_none: float
     alpha_full: float
     full_refs: int
+    paths: int = 1
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha_none <= self.alpha_full < 1.0:
@@ -65,6 +73,8 @@ class AcceptanceModel:
             )
         if self.full_refs < 1:
             raise ValueError(f"full_refs={self.full_refs} < 1")
+        if not 1 <= self.paths <= 16:
+            raise ValueError(f"paths={self.paths} outside [1, 16]")
 
     def alpha(self, refs: int) -> float:
         """Per-token acceptance with ``refs`` siblings' text at the request's position."""
@@ -72,14 +82,16 @@ class AcceptanceModel:
         return self.alpha_none + (self.alpha_full - self.alpha_none) * frac
 
 
-def paper_model(multi_path: bool = True) -> AcceptanceModel:
-    """Fit to Table 2 (``multi_path``: the 4-path figure at 15 references)."""
+def paper_model(multi_path: bool = False) -> AcceptanceModel:
+    """Fit to Table 2: one path (default), or ``multi_path``: the 4-path figure at 15
+    references, charged for its 4 paths."""
     full = PAPER_15_REFS_4_PATHS if multi_path else PAPER_15_REFS
     return AcceptanceModel(
         source="paper" + ("" if multi_path else "-1path"),
         alpha_none=solve_alpha(PAPER_NO_REFS, PAPER_DRAFT_BUDGET),
         alpha_full=solve_alpha(full, PAPER_DRAFT_BUDGET),
         full_refs=15,
+        paths=PAPER_PATHS if multi_path else 1,
     )
 
 
@@ -139,7 +151,7 @@ def replay_model(path: str | Path, group_size: int | None = None) -> AcceptanceM
 
 
 def get_acceptance(name: str, group_size: int | None = None) -> AcceptanceModel:
-    """``paper``, ``paper-1path`` or ``replay:FILE``."""
+    """``paper-1path`` (one path, the default), ``paper`` (4 paths) or ``replay:FILE``."""
     if name == "paper":
         return paper_model(True)
     if name == "paper-1path":

@@ -1,21 +1,27 @@
-"""Calibration of the cost model: fit ``bw_eff`` so that ``verl`` reproduces the paper.
+"""Calibration of the cost model: ``bw_eff`` and ``verify_step_s`` fitted to the paper.
 
-Invariant: only ``bw_eff`` (the achieved fraction of HBM bandwidth) is fitted; ``flops_eff``
-follows it (same achieved fraction), the step overhead and every shape constant stay as given.
-The mean ``verl`` makespan over ``CALIBRATION_SEEDS`` decreases monotonically in ``bw_eff``,
-so bisection converges; the
-fitted values are written into ``core.sim.workload.PRESETS`` by hand and re-checked by tests.
-Run: ``python -m core.sim.calibrate`` (about a minute per preset).
+Invariant: two constants per preset are fitted, one after the other, each to one measured
+figure of the paper. ``bw_eff`` (the achieved fraction of HBM bandwidth; ``flops_eff`` follows
+it) so that the mean ``verl`` makespan over ``CALIBRATION_SEEDS`` equals the paper's veRL
+rollout time (Table 3); then ``verify_step_s`` (the fixed cost of a step that verifies drafts)
+so that the mean speculation gain, makespan(``context``) / makespan(``seer``) over
+``SPEC_SEEDS``, equals Table 4's Seer / context-aware ratio. Both figures decrease
+monotonically in their constant, so bisection converges. The step overhead and every shape
+constant stay as given; the fitted values are written into ``core.sim.workload.PRESETS`` by
+hand and re-checked by tests. Run: ``python -m core.sim.calibrate [verl|spec]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from core.sim.simulator import simulate
 from core.sim.workload import Preset, generate, get_preset
 
 CALIBRATION_SEEDS = tuple(range(10))
+SPEC_SEEDS = (0, 1)
+SPEC_SCALE = 0.25  # quarter scale: same load per instance, 4x faster (docs/simulator.md)
 
 
 def verl_makespan(
@@ -43,12 +49,65 @@ def fit_bw_eff(
     return (lo + hi) / 2
 
 
+def spec_gain(
+    preset: Preset,
+    verify_step_s: float,
+    seeds: tuple[int, ...] = SPEC_SEEDS,
+    scale: float = SPEC_SCALE,
+    contexts: dict[int, float] | None = None,
+) -> float:
+    """Mean over ``seeds`` of makespan(context) / makespan(seer) with ``verify_step_s``;
+    ``contexts`` caches the context makespans (they do not depend on it)."""
+    cost = dataclasses.replace(preset.cost, verify_step_s=verify_step_s)
+    spec = preset.spec.scaled(scale) if scale != 1.0 else preset.spec
+    gains = []
+    for s in seeds:
+        work = generate(spec, s)
+        if contexts is None or s not in contexts:
+            ctx = simulate(work, preset.cost, "context").makespan_s
+            if contexts is not None:
+                contexts[s] = ctx
+        else:
+            ctx = contexts[s]
+        gains.append(ctx / simulate(work, cost, "seer").makespan_s)
+    return sum(gains) / len(gains)
+
+
+def fit_verify_step_s(
+    preset: Preset,
+    seeds: tuple[int, ...] = SPEC_SEEDS,
+    scale: float = SPEC_SCALE,
+    iters: int = 9,
+    hi: float = 0.2,
+) -> float:
+    """verify_step_s in [0, hi] whose mean speculation gain is closest to the paper's."""
+    target = preset.paper_seer_x / preset.paper_context_x
+    contexts: dict[int, float] = {}
+    if spec_gain(preset, 0.0, seeds, scale, contexts) <= target:
+        return 0.0
+    lo = 0.0
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if spec_gain(preset, mid, seeds, scale, contexts) > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def main() -> None:
+    what = sys.argv[1] if len(sys.argv) > 1 else "verl"
     for name in ("moonlight", "qwen2-vl", "kimi-k2"):
         p = get_preset(name)
-        eff = fit_bw_eff(p)
-        got = verl_makespan(p, eff)
-        print(f"{name}: bw_eff={eff:.4f} verl={got:.0f} s paper={p.paper_verl_s:.0f} s")
+        if what == "verl":
+            eff = fit_bw_eff(p)
+            got = verl_makespan(p, eff)
+            print(f"{name}: bw_eff={eff:.4f} verl={got:.0f} s paper={p.paper_verl_s:.0f} s")
+        else:
+            v = fit_verify_step_s(p)
+            got = spec_gain(p, v)
+            want = p.paper_seer_x / p.paper_context_x
+            print(f"{name}: verify_step_s={v:.4f} gain={got:.3f} paper={want:.3f}", flush=True)
 
 
 if __name__ == "__main__":

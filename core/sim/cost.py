@@ -2,14 +2,23 @@
 
 Invariant: a step reads the weights it touches once and the KV of every context token once,
 and computes 2 x active parameters FLOPs per token it verifies; its time is a roofline,
-``overhead + max(bytes / (bandwidth x bw_eff), flops / (peak x flops_eff))``. MoE weights
-touched grow with the number of tokens in the step (1 - (1 - k/E)^tokens of the experts).
-Instance numbers are aggregates over its GPUs (TP/EP shards split bytes and FLOPs evenly).
+``overhead + max(bytes / (bandwidth x bw_eff), flops / (peak x flops_eff))``; a step that
+verifies draft tokens pays their FLOPs (and MoE experts) in the roofline plus a fixed
+``verify_step_s`` (what the roofline leaves out of speculation: the verification kernels'
+launch and padding, rejection sampling, the drafter round trip and its synchronisation).
+MoE weights touched grow with the number of tokens in the step (1 - (1 - k/E)^tokens of the
+experts). Instance numbers are aggregates over its GPUs (TP/EP shards split bytes and FLOPs
+evenly). With ``ranks`` > 1 (data-parallel attention + expert parallelism, Kimi-K2's DP32/EP32)
+the simulator runs every rank as its own engine: KV capacity, ``max_running`` and the draft
+budget are per rank, and a rank's step (or prefill) is priced as the instance's step with every
+rank carrying this rank's load (ranks run in lockstep, the MoE weights are shared).
 
 Sources (public spec sheets / model cards; docs/simulator.md): H800 SXM 80 GB HBM3 at
-3.35 TB/s, 989 TFLOP/s dense BF16. Model shapes from the model cards. The efficiencies and
-step overhead are *fitted* so that the ``verl`` policy reproduces the paper's veRL rollout times
-(docs/simulator.md, "Calibration"); they are the only free constants.
+3.35 TB/s, 989 TFLOP/s dense BF16. Model shapes from the model cards. Fitted per preset
+(docs/simulator.md, "Calibration"): ``bw_eff`` (= ``flops_eff``) so that ``verl`` reproduces the
+paper's veRL rollout time, and ``verify_step_s`` so that speculation gains over ``context``
+what Table 4 of the paper measures (Seer over context-aware scheduling). The step overhead
+is assumed.
 """
 
 from __future__ import annotations
@@ -102,7 +111,11 @@ class CostModel:
     [0, 1]; ``mem_util`` in (0, 1] (fraction of GPU memory for weights + KV, like vLLM's
     gpu_memory_utilization); ``reserve_bytes_per_gpu`` >= 0 (activations, graphs);
     ``max_running`` >= 1 (max_num_seqs); ``draft_s_per_request`` >= 0 (drafting cost per
-    speculating request per step; the suffix-tree lookup, measured by ``seer replay``)."""
+    speculating request per step; the suffix-tree lookup, measured by ``seer replay``);
+    ``verify_step_s`` in [0, 1] (seconds added to a step that verifies any draft tokens, over
+    the roofline; 0 = verification as cheap as the roofline says; fitted values in
+    ``core.sim.workload.PRESETS``); ``ranks`` in [1, gpus], dividing ``gpus`` (data-parallel
+    attention ranks; ``max_running`` and ``kv_capacity_tokens`` are then per rank)."""
 
     model: ModelShape
     hardware: Hardware = H800
@@ -114,6 +127,8 @@ class CostModel:
     reserve_bytes_per_gpu: float = 4e9
     max_running: int = 256
     draft_s_per_request: float = 20e-6
+    verify_step_s: float = 0.0
+    ranks: int = 1
 
     def __post_init__(self) -> None:
         check_range("gpus", self.gpus, 1)
@@ -122,6 +137,10 @@ class CostModel:
         check_range("step_overhead_s", self.step_overhead_s, 0, 1)
         check_range("reserve_bytes_per_gpu", self.reserve_bytes_per_gpu, 0)
         check_range("draft_s_per_request", self.draft_s_per_request, 0)
+        check_range("verify_step_s", self.verify_step_s, 0, 1)
+        check_range("ranks", self.ranks, 1, self.gpus)
+        if self.gpus % self.ranks:
+            raise ValueError(f"ranks={self.ranks} does not divide gpus={self.gpus}")
         check_range("max_running", self.max_running, 1)
         if self.kv_capacity_tokens < 1:
             raise ValueError(
@@ -135,12 +154,13 @@ class CostModel:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        """KV token slots of the instance: memory left after weights and reserves."""
+        """KV token slots of one engine (the instance, or one of its ``ranks``): memory left
+        after weights and reserves."""
         free = (
             self.gpus * (self.hardware.mem_bytes * self.mem_util - self.reserve_bytes_per_gpu)
             - self.weight_bytes
         )
-        return max(int(free // self.model.kv_bytes_per_token), 0)
+        return max(int(free // self.model.kv_bytes_per_token) // self.ranks, 0)
 
     def _touched_weight_bytes(self, tokens: int) -> float:
         m = self.model
@@ -150,23 +170,30 @@ class CostModel:
         return (m.total_params - m.expert_params + m.expert_params * frac) * m.bytes_per_param
 
     def step_time(self, batch: int, context_tokens: float, draft_tokens: int = 0) -> float:
-        """Seconds of one step verifying ``batch`` requests (+ ``draft_tokens`` drafts) whose
-        contexts total ``context_tokens``."""
+        """Seconds of one step of an engine verifying ``batch`` requests (+ ``draft_tokens``
+        drafts, all paths of all requests) whose contexts total ``context_tokens``."""
         if batch < 1:
             raise ValueError(f"batch={batch} < 1")
-        tokens = batch + draft_tokens
+        if draft_tokens < 0:
+            raise ValueError(f"draft_tokens={draft_tokens} < 0")
+        tokens = (batch + draft_tokens) * self.ranks
+        context_tokens *= self.ranks
         hw = self.hardware
         mem = self._touched_weight_bytes(tokens) + context_tokens * self.model.kv_bytes_per_token
         t_mem = mem / (hw.mem_bw * self.gpus * self.bw_eff)
         t_cmp = 2.0 * self.model.active_params * tokens / (hw.flops * self.gpus * self.flops_eff)
-        return self.step_overhead_s + max(t_mem, t_cmp)
+        t = self.step_overhead_s + max(t_mem, t_cmp)
+        if draft_tokens > 0:
+            t += self.verify_step_s
+        return t
 
     def prefill_time(self, tokens: int) -> float:
-        """Compute-bound prefill (or recompute) of ``tokens`` context tokens."""
+        """Compute-bound prefill (or recompute) of ``tokens`` context tokens on one engine."""
         if tokens <= 0:
             return 0.0
         hw = self.hardware
-        return 2.0 * self.model.active_params * tokens / (hw.flops * self.gpus * self.flops_eff)
+        work = 2.0 * self.model.active_params * tokens * self.ranks
+        return work / (hw.flops * self.gpus * self.flops_eff)
 
     def migrate_time(self, tokens: int) -> float:
         """Bring ``tokens`` of a request's KV to another instance: pull it from the global KV
@@ -185,7 +212,7 @@ class CostModel:
         return self.prefill_time(prompt_tokens) + length * self.step_time(1, mid)
 
     def peak_tokens_per_s(self, mean_context: float) -> float:
-        """Best decode throughput of one instance when every running request has
+        """Best decode throughput of one engine when every running request has
         ``mean_context`` tokens: batch limited by max_running and KV capacity."""
         ctx = max(mean_context, 1.0)
         batch = max(1, min(self.max_running, math.floor(self.kv_capacity_tokens / ctx)))

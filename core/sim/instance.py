@@ -51,6 +51,7 @@ class Instance:
     managed: bool
     choose_drafts: Callable[[list[float], list[bool], float, int], list[int]] | None = None
     trace: list[tuple[float, int]] | None = None
+    draft_paths: int = 1  # a draft of g positions verifies draft_paths x g tokens
     t: float = 0.0
     stall: float = 0.0
     step_s: float = 0.0
@@ -60,6 +61,10 @@ class Instance:
     busy_s: float = 0.0
     tokens_out: float = 0.0  # tokens produced (for the mean acceptance length)
     slot_steps: float = 0.0  # sum over steps of the batch size
+    steps: float = 0.0  # decode / verification steps
+    spec_steps: float = 0.0  # steps that verified draft tokens
+    spec_cost: float = 0.0  # sum over speculative steps of step time / same step without drafts
+    _step_ratio: float = 0.0  # of the frozen step; 0.0 = it verifies no drafts
     req: np.ndarray = field(init=False)
     remaining: np.ndarray = field(init=False)
     ctx: np.ndarray = field(init=False)
@@ -97,6 +102,11 @@ class Instance:
         return self.cost.max_running - len(self._free)
 
     @property
+    def load(self) -> int:
+        """Requests on this engine, running or waiting (what a DP load balancer compares)."""
+        return self.batch + len(self.waiting)
+
+    @property
     def kv_used(self) -> float:
         return float(self.ctx[self.active].sum())
 
@@ -124,6 +134,10 @@ class Instance:
         self.produced[a] += adv
         self.tokens_out += float(adv.sum())
         self.slot_steps += steps * int(a.sum())
+        self.steps += steps
+        if self._step_ratio > 0.0:
+            self.spec_steps += steps
+            self.spec_cost += steps * self._step_ratio
 
     def pop_finished(self) -> list[tuple[int, int]]:
         """Remove chunks that produced all their tokens: [(req, tokens produced)]."""
@@ -286,12 +300,13 @@ class Instance:
                 g = self._draft_lengths(alphas, ctx_sum, n)
                 al = np.minimum(alphas, 1.0 - 1e-9)
                 self.rate[a] = np.where(g > 0, (1.0 - al ** (g + 1.0)) / (1.0 - al), 1.0)
-                draft = int(g.sum())
+                draft = int(g.sum()) * self.draft_paths
                 drafting = int((g > 0).sum())
             else:
                 self.rate[a] = 1.0
         step = self.cost.step_time(n, ctx_sum, draft) + drafting * self.cost.draft_s_per_request
         self.step_s = step
+        self._step_ratio = step / self.cost.step_time(n, ctx_sum, 0) if draft > 0 else 0.0
         rates = self.rate[a]
         steps = float((self.remaining[a] / rates).min())
         growth = float(rates.sum())

@@ -3,7 +3,10 @@
 Invariant: every policy of one report runs on the *same* drawn workload and cost model, so
 their figures differ only by policy; the JSON shape is a contract other tools parse:
 ``{"workload": {...}, "policies": {name: {throughput_tok_s, makespan_s, tail_s,
-lower_bound_s, preemptions}}}``.
+lower_bound_s, preemptions, mean_acceptance_length, spec_step_cost_ratio, spec_step_share}}}``
+(``mean_acceptance_length``: tau, tokens per request per step, 1.0 without speculation;
+``spec_step_cost_ratio``: mean over the steps that verified drafts of their time over the same
+step without drafts, 1.0 when none did; ``spec_step_share``: the fraction of steps that did).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ class SimulationRequest:
     """What to simulate. ``workload``: a preset name or ``replay:FILE``; ``overrides``: spec
     fields (``_SPEC_FIELDS``) replacing the preset's; ``scale`` in (0, 100]; ``policies``: names
     in ``core.scheduling.POLICIES`` (distinct, >= 1); ``chunk_tokens``: None = scheduler default;
-    ``acceptance``: see ``core.sim.acceptance.get_acceptance``."""
+    ``acceptance``: see ``core.sim.acceptance.get_acceptance``; ``ranks``: data-parallel
+    attention ranks per instance (>= 1, dividing its GPUs; 1 = the preset's aggregate model),
+    each with its own KV, 1/ranks of the instance's ``max_running`` and its own draft budget."""
 
     workload: str = "qwen2-vl"
     overrides: dict[str, float | int] = field(default_factory=dict)
@@ -43,8 +48,9 @@ class SimulationRequest:
     policies: tuple[str, ...] = ("verl", "divided", "context", "seer", "oracle")
     seed: int = 0
     chunk_tokens: int | None = None
-    acceptance: str = "paper"
+    acceptance: str = "paper-1path"
     trace: bool = False
+    ranks: int = 1
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -59,6 +65,8 @@ class SimulationRequest:
             raise ValueError(f"unknown workload fields {unknown}; valid: {list(_SPEC_FIELDS)}")
         if self.seed < 0:
             raise ValueError(f"seed={self.seed} < 0")
+        if self.ranks < 1:
+            raise ValueError(f"ranks={self.ranks} < 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,9 @@ class SimulationReport:
                     "tail_s": r.tail_s,
                     "lower_bound_s": r.lower_bound_s,
                     "preemptions": r.preemptions,
+                    "mean_acceptance_length": r.mean_acceptance_length,
+                    "spec_step_cost_ratio": r.spec_step_cost_ratio,
+                    "spec_step_share": r.spec_step_share,
                 }
                 for name, r in self.results.items()
             },
@@ -97,7 +108,7 @@ class SimulationReport:
         best = self.results.get("oracle")
         cols = (
             f"{'policy':<12}{'tok/s':>10}{'x verl':>8}{'makespan s':>12}{'x oracle':>10}"
-            f"{'tail s':>9}{'tail/verl':>10}{'bound s':>9}{'preempt':>9}{'accept':>8}"
+            f"{'tail s':>9}{'tail/verl':>10}{'bound s':>9}{'preempt':>9}{'tau':>6}{'spec x':>8}"
         )
         lines = [head, cols]
         for name, r in self.results.items():
@@ -107,7 +118,7 @@ class SimulationReport:
             lines.append(
                 f"{name:<12}{r.throughput_tok_s:>10.0f}{xv:>8}{r.makespan_s:>12.0f}{xo:>10}"
                 f"{r.tail_s:>9.0f}{tv:>10}{r.lower_bound_s:>9.0f}{r.preemptions:>9}"
-                f"{r.mean_acceptance_length:>8.2f}"
+                f"{r.mean_acceptance_length:>6.2f}{r.spec_step_cost_ratio:>8.2f}"
             )
         return "\n".join(lines)
 
@@ -120,12 +131,20 @@ def build_workload(req: SimulationRequest) -> tuple[Workload, CostModel, float |
         work = load_recorded(req.workload[len("replay:") :], instances=inst)
         if set(req.overrides) - {"instances"}:
             raise ValueError("replay workloads take only --instances among the shape flags")
-        return work, base.cost, None
+        return work, _per_rank(base.cost, req.ranks), None
     preset = get_preset(req.workload)
     spec = dataclasses.replace(preset.spec, **req.overrides)  # type: ignore[arg-type]
     if req.scale != 1.0:
         spec = spec.scaled(req.scale)
-    return generate(spec, req.seed), preset.cost, preset.paper_verl_s
+    return generate(spec, req.seed), _per_rank(preset.cost, req.ranks), preset.paper_verl_s
+
+
+def _per_rank(cost: CostModel, ranks: int) -> CostModel:
+    """``cost`` with ``ranks`` data-parallel attention ranks sharing its slots evenly."""
+    if ranks == cost.ranks:
+        return cost
+    slots = cost.max_running * cost.ranks
+    return dataclasses.replace(cost, ranks=ranks, max_running=max(1, slots // ranks))
 
 
 def run_simulation(
@@ -173,6 +192,7 @@ def run_simulation(
         "max_running": cost.max_running,
         "model": cost.model.name,
         "gpus_per_instance": cost.gpus,
+        "ranks_per_instance": cost.ranks,
         "paper_verl_s": paper,
     }
     return SimulationReport(workload=work, cost=cost, params=params, results=results)

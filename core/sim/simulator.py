@@ -44,8 +44,10 @@ class PolicyResult:
     preemptions: int
     chunks: int
     migrations: int
-    mean_acceptance_length: float
+    mean_acceptance_length: float  # tau: tokens per request per step (1.0 = no speculation)
     wall_s: float
+    spec_step_cost_ratio: float = 1.0  # mean over speculative steps: step time / without drafts
+    spec_step_share: float = 0.0  # fraction of steps that verified draft tokens
     trace: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
 
 
@@ -58,7 +60,8 @@ def lower_bound(work: Workload, cost: CostModel) -> float:
     total = float(sum(lens))
     prompt = sum(work.prompt_tokens) / len(work.prompt_tokens)
     mean_ctx = prompt + sum(x * x for x in lens) / (2.0 * total)
-    work_s = total / (work.spec.instances * cost.peak_tokens_per_s(mean_ctx))
+    engines = work.spec.instances * cost.ranks
+    work_s = total / (engines * cost.peak_tokens_per_s(mean_ctx))
     longest = max(lens)
     return max(work_s, cost.time_alone(longest, round(prompt)))
 
@@ -74,9 +77,10 @@ def tail_time(finish_times: list[float]) -> float:
 DraftChooser = Callable[[list[float], list[bool], float, int], list[int]]
 
 
-def adaptive_draft_chooser(cost: CostModel) -> DraftChooser:
+def adaptive_draft_chooser(cost: CostModel, paths: int = 1) -> DraftChooser:
     """Draft lengths from the drafting issue's marginal-benefit policy (the same code the
-    engines run), with this instance's step time as the cost."""
+    engines run), with this instance's step time as the cost; a draft of g positions is
+    charged ``paths`` x g verified tokens."""
     from core.drafting.adaptive import AdaptiveDraftConfig, DraftCandidate, choose_draft_lengths
 
     cfg = AdaptiveDraftConfig(draft_time_s=cost.draft_s_per_request)
@@ -86,7 +90,7 @@ def adaptive_draft_chooser(cost: CostModel) -> DraftChooser:
         cands = [DraftCandidate(ids[i], alphas[i], probes[i]) for i in range(n)]
 
         def step(b: int, d: int) -> float:
-            return cost.step_time(b, ctx_sum, d)
+            return cost.step_time(b, ctx_sum, d * paths)
 
         out = choose_draft_lengths(cands, step, cfg)
         return [out[ids[i]] for i in range(n)]
@@ -112,6 +116,12 @@ def simulate(
     wall0 = time.perf_counter()
     plan = get_policy(policy, base)
     spec = work.spec
+    need = max(work.prompt_tokens) + spec.max_tokens
+    if need > cost.kv_capacity_tokens:
+        raise ValueError(
+            f"a request of {max(work.prompt_tokens)} prompt + {spec.max_tokens} max tokens does "
+            f"not fit one engine's {cost.kv_capacity_tokens} KV tokens (it would never finish)"
+        )
     G = spec.group_size
     # Requests in submission order: group g, response i -> index g * G + i.
     true_len = [x for row in work.lengths for x in row]
@@ -129,10 +139,20 @@ def simulate(
         for g in range(spec.groups)
     ]
     managed = plan.config.divided
-    replicas = [
-        ReplicaSpec(f"i{i}", cost.kv_capacity_tokens, cost.max_running)
-        for i in range(spec.instances)
-    ]
+    # One engine per instance, or per data-parallel attention rank (``cost.ranks``). Divided
+    # policies route chunks to ranks (each its own KV); verl hands whole groups to instances and
+    # the engine's DP load balancer puts each request on the rank with the fewest requests.
+    ranks = cost.ranks
+    engines = spec.instances * ranks
+    if managed or ranks == 1:
+        replicas = [
+            ReplicaSpec(f"i{i}", cost.kv_capacity_tokens, cost.max_running) for i in range(engines)
+        ]
+    else:
+        replicas = [
+            ReplicaSpec(f"i{i}", cost.kv_capacity_tokens * ranks, cost.max_running * ranks)
+            for i in range(spec.instances)
+        ]
     if plan.uses_prior and prior is None:
         # the previous iteration on the same prompts: same latent group lengths, fresh noise
         earlier = resample_same_prompts(work, seed=prior_seed)
@@ -142,14 +162,18 @@ def simulate(
     acc = acceptance or paper_model()
     chooser = None
     if plan.speculate:
-        chooser = draft_chooser or adaptive_draft_chooser(cost)
+        chooser = draft_chooser or adaptive_draft_chooser(cost, acc.paths)
     traces: dict[int, list[tuple[float, int]]] = {}
     insts = []
-    for i in range(spec.instances):
+    for i in range(engines):
         tr: list[tuple[float, int]] | None = [] if trace else None
         if tr is not None:
             traces[i] = tr
-        insts.append(Instance(cost=cost, managed=managed, choose_drafts=chooser, trace=tr))
+        insts.append(
+            Instance(
+                cost=cost, managed=managed, choose_drafts=chooser, trace=tr, draft_paths=acc.paths
+            )
+        )
     generated = [0] * len(true_len)
     finish_at = [0.0] * len(true_len)
     heap: list[tuple[float, int, int]] = []
@@ -174,10 +198,14 @@ def simulate(
         touched: set[int] = set()
         for d in decisions:
             k = index[d.request_id]
-            inst = insts[d.replica]
-            if d.replica not in touched:
+            e = d.replica
+            if not managed and ranks > 1:
+                first = d.replica * ranks
+                e = min(range(first, first + ranks), key=lambda j: insts[j].load)
+            inst = insts[e]
+            if e not in touched:
                 inst.sync(now)
-                touched.add(d.replica)
+                touched.add(e)
             produce = min(d.max_new_tokens, true_len[k] - d.generated)
             chunk_start[k] = d.generated
             stall = 0.0
@@ -212,7 +240,8 @@ def simulate(
         inst.sync(now)
         if managed:
             inst.activate_ready()
-        for k, produced in inst.pop_finished():
+        finished = inst.pop_finished()
+        for k, produced in finished:
             gen = generated[k] + produced
             generated[k] = gen
             rid = req_ids[k]
@@ -229,7 +258,10 @@ def simulate(
         if not managed:
             for k, produced in inst.preempt_if_full():
                 generated[k] += produced  # tokens kept; recomputed on readmission
-        touched = start(sched.schedule(), now)
+        # The scheduler is a pure state machine and only complete() changes its state between
+        # events: after an event without one (step time re-frozen, KV pull done, preemption)
+        # schedule() would return nothing again, so it is not asked (exact, and most events).
+        touched = start(sched.schedule(), now) if finished else set()
         touched.add(i)
         for j in touched:
             replan(j)
@@ -242,6 +274,9 @@ def simulate(
     total = float(sum(true_len))
     slot_steps = sum(x.slot_steps for x in insts)
     mal = sum(x.tokens_out for x in insts) / slot_steps if slot_steps > 0 else 1.0
+    steps = sum(x.steps for x in insts)
+    spec_steps = sum(x.spec_steps for x in insts)
+    ratio = sum(x.spec_cost for x in insts) / spec_steps if spec_steps > 0 else 1.0
     return PolicyResult(
         policy=policy,
         throughput_tok_s=total / makespan,
@@ -253,5 +288,7 @@ def simulate(
         migrations=migrations,
         mean_acceptance_length=mal,
         wall_s=time.perf_counter() - wall0,
+        spec_step_cost_ratio=ratio,
+        spec_step_share=spec_steps / steps if steps > 0 else 0.0,
         trace=traces,
     )

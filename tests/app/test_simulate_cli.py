@@ -32,11 +32,44 @@ def test_json_contract() -> None:
         3,
     )
     assert list(data["policies"]) == ["verl", "divided", "context", "seer", "oracle"]
-    for fig in data["policies"].values():
+    for name, fig in data["policies"].items():
         assert set(fig) == {"throughput_tok_s", "makespan_s", "tail_s", "lower_bound_s",
-                            "preemptions"}  # fmt: skip
+                            "preemptions", "mean_acceptance_length", "spec_step_cost_ratio",
+                            "spec_step_share"}  # fmt: skip
         assert isinstance(fig["preemptions"], int)
         assert fig["throughput_tok_s"] > 0 and fig["makespan_s"] > fig["tail_s"] >= 0
+        if name != "seer":  # no speculation: one token per step, no speculative steps
+            assert fig["mean_acceptance_length"] == pytest.approx(1.0)
+            assert (fig["spec_step_cost_ratio"], fig["spec_step_share"]) == (1.0, 0.0)
+    seer = data["policies"]["seer"]
+    assert seer["mean_acceptance_length"] > 1.1
+    assert 0 < seer["spec_step_share"] <= 1
+    # the fitted verification cost of the qwen2-vl preset makes a speculative step dearer
+    assert seer["spec_step_cost_ratio"] > 1.05
+    assert w["acceptance"] == "paper-1path"  # the default: one linear draft path (vLLM 0.32)
+
+
+def test_json_reports_preemptions_of_verl_under_kv_pressure() -> None:
+    # 8 groups x 16 requests of ~15k tokens on one qwen2-vl instance (1.25M KV tokens) overflow
+    # the KV under verl (everything admitted up front); divided admission never preempts
+    res = runner.invoke(cli, ["simulate", "--workload", "qwen2-vl", "--groups", "8",
+                              "--group-size", "16", "--mean-tokens", "15000", "--max-tokens",
+                              "20000", "--instances", "1", "--outlier-frac", "0",
+                              "--length-sigma", "0", "--within-sigma", "0.1",
+                              "--policies", "verl,divided", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    pol = json.loads(res.stdout)["policies"]
+    assert pol["verl"]["preemptions"] > 0
+    assert pol["divided"]["preemptions"] == 0
+
+
+def test_acceptance_flag_selects_the_multi_path_calibration() -> None:
+    res = runner.invoke(cli, ["simulate", *SMALL, "--policies", "seer", "--acceptance", "paper",
+                              "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["workload"]["acceptance"] == "paper"
+    assert data["policies"]["seer"]["mean_acceptance_length"] > 1.1
 
 
 def test_scale_and_policies() -> None:
@@ -78,5 +111,19 @@ def test_help_documents_every_flag() -> None:
     assert res.exit_code == 0
     for flag in ("--workload", "--groups", "--group-size", "--mean-tokens", "--max-tokens",
                  "--instances", "--length-sigma", "--within-sigma", "--scale", "--policies",
-                 "--seed", "--json", "--plot"):  # fmt: skip
+                 "--seed", "--json", "--plot", "--acceptance", "--ranks"):  # fmt: skip
         assert flag in res.stdout
+
+
+def test_ranks_split_an_instance_into_data_parallel_engines() -> None:
+    args = ["simulate", "--workload", "kimi-k2", "--groups", "8", "--instances", "1",
+            "--policies", "verl,divided", "--json"]  # fmt: skip
+    pooled = json.loads(runner.invoke(cli, args).stdout)["workload"]
+    res = runner.invoke(cli, [*args, "--ranks", "32"])
+    assert res.exit_code == 0, res.output
+    w = json.loads(res.stdout)["workload"]
+    assert (pooled["ranks_per_instance"], w["ranks_per_instance"]) == (1, 32)
+    assert w["max_running"] == pooled["max_running"] // 32
+    assert w["kv_capacity_tokens"] == pooled["kv_capacity_tokens"] // 32
+    res = runner.invoke(cli, [*args, "--ranks", "5"])
+    assert res.exit_code == 2 and "ranks=5 does not divide gpus=32" in res.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -19,7 +20,7 @@ from core.sim.acceptance import (
     replay_model,
     tokens_per_step,
 )
-from core.sim.cost import H800, MOONLIGHT, QWEN2_VL_72B, CostModel, ModelShape
+from core.sim.cost import H800, KIMI_K2, MOONLIGHT, QWEN2_VL_72B, CostModel, ModelShape
 from core.sim.workload import (
     PRESETS,
     WorkloadSpec,
@@ -42,6 +43,35 @@ def test_step_time_roofline_shape() -> None:
     assert huge == pytest.approx(0.01 + 2 * 72.7e9 * 100_000 / (8 * H800.flops * 0.5), rel=1e-6)
     # throughput grows with batch (memory-bound decode)
     assert 64 / c.step_time(64, 64 * 5000) > 8 / c.step_time(8, 8 * 5000)
+
+
+def test_verification_cost_only_on_steps_with_drafts() -> None:
+    plain = CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.5, step_overhead_s=0.01)
+    c = CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.5, step_overhead_s=0.01, verify_step_s=0.03)
+    assert c.step_time(64, 1e5) == plain.step_time(64, 1e5)  # positional, as engines call it
+    assert c.step_time(64, 1e5, 1) == pytest.approx(plain.step_time(64, 1e5, 1) + 0.03)
+    assert c.step_time(64, 1e5, 512) == pytest.approx(plain.step_time(64, 1e5, 512) + 0.03)
+    with pytest.raises(ValueError, match=r"verify_step_s=2 outside \[0, 1\]"):
+        CostModel(QWEN2_VL_72B, gpus=8, verify_step_s=2)
+    with pytest.raises(ValueError, match="draft_tokens=-1"):
+        c.step_time(1, 0, -1)
+    for name, preset in PRESETS.items():  # every preset carries its fitted verification cost
+        assert 0 < preset.cost.verify_step_s < 0.2, name
+
+
+def test_data_parallel_ranks_split_kv_and_price_a_step_as_all_ranks_alike() -> None:
+    agg = CostModel(KIMI_K2, gpus=32, bw_eff=0.5, step_overhead_s=0.06, max_running=1024)
+    rank = dataclasses.replace(agg, ranks=32, max_running=32)
+    assert rank.kv_capacity_tokens == agg.kv_capacity_tokens // 32
+    # a rank with b requests steps like the instance with 32 x b (lockstep, shared experts)
+    assert rank.step_time(20, 1e5) == pytest.approx(agg.step_time(640, 3.2e6))
+    assert rank.step_time(20, 1e5, 40) == pytest.approx(agg.step_time(640, 3.2e6, 1280))
+    assert rank.prefill_time(1000) == pytest.approx(agg.prefill_time(32_000))
+    assert rank.step_time(20, 1e5) < agg.step_time(20, 1e5) * 32  # but far cheaper than serial
+    with pytest.raises(ValueError, match="ranks=5 does not divide gpus=32"):
+        dataclasses.replace(agg, ranks=5)
+    with pytest.raises(ValueError, match=r"ranks=64 outside \[1, 32\]"):
+        dataclasses.replace(agg, ranks=64)
 
 
 def test_moe_touches_more_experts_with_more_tokens() -> None:
@@ -113,6 +143,10 @@ def test_paper_acceptance_reproduces_table2_at_budget_8() -> None:
     assert alphas == sorted(alphas) and alphas[15] == alphas[19]
     with pytest.raises(ValueError, match="unknown acceptance calibration 'magic'"):
         get_acceptance("magic")
+    assert (one.paths, four.paths) == (1, 4)
+    assert get_acceptance("paper-1path") == one and get_acceptance("paper") == four
+    with pytest.raises(ValueError, match="paths=0"):
+        dataclasses.replace(one, paths=0)
 
 
 def test_replay_acceptance_fit(tmp_path: Path) -> None:
