@@ -8,6 +8,8 @@ override host, port and a few args). SIGTERM/SIGINT drain the scheduler (running
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -109,6 +111,18 @@ def serve_cmd(
     def _stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
+    if num_cpus is None:
+        # Ray CPUs are logical: every deployment must fit, or Serve waits forever to place it.
+        need = math.ceil(cfg.num_replicas * cfg.replica_num_cpus + 0.5)  # + ingress, scheduler
+        have = os.cpu_count() or 1
+        if need > have:
+            typer.echo(
+                f"note: {cfg.num_replicas} replicas x {cfg.replica_num_cpus:g} CPU + 0.5 need "
+                f"{need} Ray CPUs; this machine has {have}: starting Ray with {need} logical "
+                "CPUs (fine for sim/fake replicas; lower replica_num_cpus for real engines)",
+                err=True,
+            )
+            num_cpus = need
     ray.init(
         address="local",
         num_cpus=num_cpus,

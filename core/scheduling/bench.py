@@ -16,13 +16,14 @@ import random
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.engine.types import FinishReason
 from core.scheduling.config import SchedulerConfig
 from core.scheduling.policies import get_policy
 from core.scheduling.scheduler import Scheduler
-from core.scheduling.types import GroupSpec, ReplicaSpec
+from core.scheduling.types import ChunkDecision, GroupSpec, ReplicaSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,16 @@ class DispatchBench:
     @property
     def per_second(self) -> float:
         return self.decisions / self.seconds
+
+
+def _complete(s: Scheduler, chunks: list[ChunkDecision], lengths: dict[str, int]) -> None:
+    """Report ``chunks`` as an engine would: stop at the true length, else a full chunk."""
+    for d in chunks:
+        left = lengths[d.request_id] - d.generated
+        if left <= d.max_new_tokens:
+            s.complete(d.request_id, left, FinishReason.STOP)
+        else:
+            s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
 
 
 def bench_dispatch(
@@ -65,12 +76,7 @@ def bench_dispatch(
     while done < decisions:
         rng.shuffle(inflight)
         half = len(inflight) // 2
-        for d in inflight[:half]:
-            left = lengths[d.request_id] - d.generated
-            if left <= d.max_new_tokens:
-                s.complete(d.request_id, left, FinishReason.STOP)
-            else:
-                s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+        _complete(s, inflight[:half], lengths)
         new = s.schedule()
         done += len(new)
         inflight = inflight[half:] + new
@@ -97,15 +103,19 @@ class LongRunBench:
 
 
 def _serve_rollouts(
-    s: Scheduler, rollouts: int, groups: int, group_size: int, seed: int, on_rollout: object
+    s: Scheduler,
+    rollouts: int,
+    groups: int,
+    group_size: int,
+    seed: int,
+    on_rollout: Callable[[int], None],
 ) -> int:
     """Submit rollouts one at a time, each run to completion with its groups released when
     done; calls ``on_rollout(k)`` before rollout k. Returns the most request slots held."""
     rng = random.Random(seed)
     held = 0
     for k in range(rollouts):
-        if callable(on_rollout):
-            on_rollout(k)
+        on_rollout(k)
         specs = [
             GroupSpec(f"j{k}g{g}", tuple(f"j{k}g{g}r{i}" for i in range(group_size)), 4096, 256)
             for g in range(groups)
@@ -116,12 +126,7 @@ def _serve_rollouts(
         while inflight:
             held = max(held, s.num_held)
             half = max(1, len(inflight) // 2)
-            for d in inflight[:half]:
-                left = lengths[d.request_id] - d.generated
-                if left <= d.max_new_tokens:
-                    s.complete(d.request_id, left, FinishReason.STOP)
-                else:
-                    s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+            _complete(s, inflight[:half], lengths)
             inflight = inflight[half:] + s.schedule()
         for sp in specs:
             s.release(sp.group_id)
