@@ -300,16 +300,17 @@ def test_client_disconnect_aborts_running_chunks(client: httpx.Client, serve_url
     import time
 
     body = {
-        "prompts": ["a", "b", "c", "d", "e", "f", "g", "h"],
+        "prompts": list("abcdefghijklmnop"),
         "group_size": 8,
-        "max_tokens": 480,
+        "max_tokens": 400,
         "sampling": {"temperature": 1.0, "seed": 1},
         "wait": True,
     }
     with pytest.raises(httpx.TimeoutException):
         httpx.post(f"{serve_url}/v1/rollouts", json=body, timeout=3.0)
-    # 64 x 480 tokens would keep both tiny replicas busy for well over 30 s
-    deadline = time.monotonic() + 10
+    # 128 x 400 tokens would keep both tiny replicas busy for well over a minute; the
+    # disconnect reaches the ingress, which cancels the job (aborting its chunks)
+    deadline = time.monotonic() + 25
     while True:
         replicas = client.get("/healthz").json()["replicas"]
         if all(r["load"]["chunks_in_flight"] == 0 for r in replicas):
