@@ -397,17 +397,17 @@ class Dispatcher:
                     f"request {d.request_id} lost {run.failures} chunks to failed replicas "
                     f"(last: {outcome})",
                 )
-            self._after_request(job, run, d, finished=False)
+            self._after_request(job, d, finished=False)
             return
         if isinstance(outcome, BaseException):
             s.complete(d.request_id, 0, FinishReason.ABORT)
             self._end(job, JobState.FAILED, f"engine error on request {d.request_id}: {outcome!r}")
-            self._after_request(job, run, d, finished=False)
+            self._after_request(job, d, finished=False)
             return
         res = outcome
         if job.state.terminal:  # a cancelled job's chunk reporting back: free its capacity
             s.complete(d.request_id, 0, FinishReason.ABORT)
-            self._after_request(job, run, d, finished=False)
+            self._after_request(job, d, finished=False)
             return
         rep_id = self.replicas[d.replica].replica_id
         run.append(rep_id, res.token_ids, res.logprobs)
@@ -416,7 +416,7 @@ class Dispatcher:
             if run.failures > self.config.max_chunk_retries:
                 s.complete(d.request_id, len(res.token_ids), res.finish_reason)
                 self._end(job, JobState.FAILED, f"request {d.request_id} aborted by {rep_id}")
-                self._after_request(job, run, d, finished=False)
+                self._after_request(job, d, finished=False)
                 return
         job.output_tokens += len(res.token_ids)
         self.metrics.add_tokens(now, len(res.token_ids))
@@ -429,9 +429,9 @@ class Dispatcher:
             run.finished_at = now
             job.finish_times.append(now)
             self.metrics.requests_done.inc()
-        self._after_request(job, run, d, finished)
+        self._after_request(job, d, finished)
 
-    def _after_request(self, job: Job, run: RequestRun, d: ChunkDecision, finished: bool) -> None:
+    def _after_request(self, job: Job, d: ChunkDecision, finished: bool) -> None:
         gid = d.group_id
         if gid not in self._group_job or not self.scheduler.group_done(gid):
             if finished:

@@ -187,13 +187,14 @@ class Ingress:
     async def rollouts(self, req: RolloutRequest, request: Request) -> Any:
         """Start a rollout job: 202 with its URLs, or (``"wait": true``) 200 with every group
         when it is done (504 past request_timeout_s, 503 when it failed)."""
-        running: str = await self._call("policy")
-        if req.policy is not None and req.policy != running:
-            raise _unprocessable(
-                ["policy"],
-                f"the service runs policy {running!r}, not {req.policy!r} (the policy is the "
-                "scheduler deployment's user_config; see README)",
-            )
+        if req.policy is not None:  # only then is the running policy worth a round trip
+            running: str = await self._call("policy")
+            if req.policy != running:
+                raise _unprocessable(
+                    ["policy"],
+                    f"the service runs policy {running!r}, not {req.policy!r} (the policy is "
+                    "the scheduler deployment's user_config; see README)",
+                )
         prompts = await self._prompt_ids(req)
         plan = expand(uuid.uuid4().hex[:12], req, prompts)
         status: JobStatus = await self._call("submit", plan)
