@@ -49,7 +49,8 @@ def report_table(file: str, report: ReplayReport) -> str:
     lines = [
         f"{file}  protocol={report.protocol}  min_token_prob={report.scoring.min_token_prob}"
         f"  backoff={report.scoring.backoff}  smoothing={report.scoring.smoothing}"
-        f"  own_weight={report.scoring.own_weight}",
+        f"  own_weight={report.scoring.own_weight}  own_boost={report.scoring.own_boost}"
+        f"  sibling_discount={report.scoring.sibling_discount}",
         "acceptance length (output tokens / steps) | draft tokens per step",
         "method".ljust(width) + "".join(f"k={k}".rjust(18) for k in ks),
     ]
@@ -110,6 +111,20 @@ def replay(
             "(0 = group automaton only)"
         ),
     ] = DEFAULT_SCORING.own_weight,
+    own_boost: Annotated[
+        float,
+        typer.Option(
+            help="grouped methods: rank a continuation the request's own text has shown after "
+            "the matched context 1 + this times higher (0 = off)"
+        ),
+    ] = DEFAULT_SCORING.own_boost,
+    sibling_discount: Annotated[
+        float,
+        typer.Option(
+            help="grouped methods: factor on the probability of a continuation seen only in "
+            "siblings, for the path probability that meets --min-token-prob (1 = off)"
+        ),
+    ] = DEFAULT_SCORING.sibling_discount,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Replay drafting methods on recorded group rollouts and print acceptance lengths.
@@ -128,6 +143,8 @@ def replay(
             backoff=backoff,
             smoothing=smoothing,
             own_weight=own_weight,
+            own_boost=own_boost,
+            sibling_discount=sibling_discount,
         )
         groups = load_groups(file)
         report = run_replay(groups, names, ks, protocol, scoring)

@@ -5,8 +5,10 @@ substrings of the group's sequences, where a sequence is a path in a trie rooted
 string (every request's sequence starts at the prompt's end state, so the prompt is shared), and
 ``count(state)`` is the number of (sequence, end position) pairs at which a string of the state
 ends, counting a shared trie prefix once per append (the prompt once, each request's own tokens
-once per request). A sequence's current full text is always the *longest* string of its ``last``
-state, so splitting states never invalidates a ``last`` handle held by a caller.
+once per request). ``sources(state)`` is the OR of the ``source`` bits of those appends (which
+texts a string of the state ends in: a request's own text, or only siblings'), so it never has a
+bit its suffix-link parent lacks. A sequence's current full text is always the *longest* string
+of its ``last`` state, so splitting states never invalidates a ``last`` handle held by a caller.
 
 Work per appended token: amortized O(1) transitions for the extension, plus one step per state
 on the suffix-link chain of the new end (the suffixes with distinct occurrence sets; a handful
@@ -30,23 +32,29 @@ REFRESH_FRACTION = 0.05
 class SuffixAutomaton:
     """States are ints; ``ROOT`` (0) is the empty string. Not thread-safe; callers serialize."""
 
-    __slots__ = ("_next", "_link", "_len", "_cnt", "_top")
+    __slots__ = ("_next", "_link", "_len", "_cnt", "_src", "_top")
 
     def __init__(self) -> None:
         self._next: list[dict[int, int]] = [{}]
         self._link: list[int] = [-1]
         self._len: list[int] = [0]
         self._cnt: list[int] = [0]
+        self._src: list[int] = [0]  # OR of the source bits of the appends counted in _cnt
         # wide state -> (its count when cached, top (count, token) pairs, total, distinct)
         self._top: dict[int, tuple[int, list[tuple[int, int]], int, int]] = {}
 
     # ---- building -------------------------------------------------------------------------
-    def extend(self, last: int, token: int) -> int:
-        """Append ``token`` to the text that ends at state ``last``; return the new end state."""
+    def extend(self, last: int, token: int, source: int = 1) -> int:
+        """Append ``token`` to the text that ends at state ``last``; return the new end state.
+
+        ``source``: bit(s) naming the text appended to (a caller's choice, e.g. one bit per
+        request), ORed into ``sources`` of every state the new end position is counted in.
+        """
         nxt = self._next
         link = self._link
         ln = self._len
         cnt = self._cnt
+        src = self._src
         q = nxt[last].get(token)
         if q is not None:
             cur = q if ln[q] == ln[last] + 1 else self._split(last, q, token)
@@ -56,6 +64,7 @@ class SuffixAutomaton:
             ln.append(ln[last] + 1)
             link.append(ROOT)
             cnt.append(0)
+            src.append(0)
             p = last
             while p != -1 and token not in nxt[p]:
                 nxt[p][token] = cur
@@ -64,10 +73,17 @@ class SuffixAutomaton:
                 q = nxt[p][token]
                 link[cur] = q if ln[p] + 1 == ln[q] else self._split(p, q, token)
         v = cur
+        # a state with the bit has it on its whole suffix-link chain (the invariant): from
+        # there on only the counts change
+        while v > ROOT and not src[v] & source:
+            cnt[v] += 1
+            src[v] |= source
+            v = link[v]
         while v > ROOT:
             cnt[v] += 1
             v = link[v]
         cnt[ROOT] += 1
+        src[ROOT] |= source
         return cur
 
     def _split(self, p: int, q: int, token: int) -> int:
@@ -78,15 +94,16 @@ class SuffixAutomaton:
         self._len.append(self._len[p] + 1)
         self._link.append(self._link[q])
         self._cnt.append(self._cnt[q])
+        self._src.append(self._src[q])
         while p != -1 and nxt[p].get(token) == q:
             nxt[p][token] = clone
             p = self._link[p]
         self._link[q] = clone
         return clone
 
-    def extend_all(self, last: int, tokens: Sequence[int]) -> int:
+    def extend_all(self, last: int, tokens: Sequence[int], source: int = 1) -> int:
         for t in tokens:
-            last = self.extend(last, t)
+            last = self.extend(last, t, source)
         return last
 
     # ---- queries --------------------------------------------------------------------------
@@ -146,6 +163,11 @@ class SuffixAutomaton:
         """Occurrence count of every state, indexed by state (read-only: do not mutate)."""
         return self._cnt
 
+    @property
+    def sources(self) -> list[int]:
+        """Source bits of every state, indexed by state (read-only: do not mutate)."""
+        return self._src
+
     def count(self, state: int) -> int:
         """Number of (sequence, end position) occurrences of the strings of ``state``."""
         return self._cnt[state]
@@ -173,12 +195,12 @@ class SuffixAutomaton:
         return sum(len(d) for d in self._next)
 
     def approx_bytes(self) -> int:
-        """CPython footprint: the transition dicts as sized by the runtime, four list slots and
+        """CPython footprint: the transition dicts as sized by the runtime, five list slots and
         about two boxed ints per state, and the draft cache. O(states): for accounting, not for
         hot paths."""
         dicts = sum(sys.getsizeof(d) for d in self._next)
         cached = len(self._top) * (TOP_CACHED * 72 + 200)
-        return dicts + self.num_states * (4 * 8 + 2 * 28) + cached
+        return dicts + self.num_states * (5 * 8 + 2 * 28) + cached
 
     def check(self) -> None:
         """Verify the structural invariants; raises AssertionError naming the first bad state."""
@@ -198,6 +220,8 @@ class SuffixAutomaton:
         for v in range(1, n):
             children_cnt[self._link[v]] += self._cnt[v]
         for v in range(1, n):
+            if self._src[v] & ~self._src[self._link[v]]:
+                raise AssertionError(f"state {v}: a source bit its suffix link lacks")
             if self._cnt[v] < children_cnt[v]:
                 raise AssertionError(
                     f"state {v}: count {self._cnt[v]} < sum of link children {children_cnt[v]}"

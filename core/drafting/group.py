@@ -5,6 +5,9 @@ the append log holds exactly those tokens in order, so replaying ``log[v:]`` ont
 version ``v`` reproduces this index bit for bit (same states, same counts; only the automaton's
 wide-state draft cache depends on query history, within its 5% staleness). Every request's text
 is prompt + its own appended tokens; its end state is the automaton state of that full text.
+Source bits: the prompt is appended as bit 0, request number i (in order of first append, so a
+replica replaying the log assigns the same) as bit i + 1; a draft for a request knows which
+continuations its own text has shown (``speculate``'s ``own``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from core.drafting.automaton import ROOT, SuffixAutomaton
 from core.drafting.draft import Draft
 from core.drafting.mixed import speculate_mixed
 from core.drafting.speculate import SpeculationParams, speculate
+
+PROMPT_SOURCE = 1  # source bit of the prompt's appends; requests get 2, 4, 8, ...
 
 
 class DraftLifecycleError(RuntimeError):
@@ -45,6 +50,7 @@ class GroupIndex:
         "_prompt_end",
         "_ends",
         "_lengths",
+        "_bits",
         "_log_req",
         "_log_tok",
         "own_index",
@@ -61,9 +67,10 @@ class GroupIndex:
         self.group_id = group_id
         self.prompt: tuple[int, ...] = tuple(int(t) for t in prompt_token_ids)
         self._sam = SuffixAutomaton()
-        self._prompt_end = self._sam.extend_all(ROOT, self.prompt)
+        self._prompt_end = self._sam.extend_all(ROOT, self.prompt, PROMPT_SOURCE)
         self._ends: dict[str, int] = {}
         self._lengths: dict[str, int] = {}
+        self._bits: dict[str, int] = {}  # request -> its source bit (1 << (i + 1))
         self._log_req: list[str] = []
         self._log_tok: list[int] = []
         self.own_index = own_index
@@ -105,9 +112,10 @@ class GroupIndex:
         if not tokens:
             return  # nothing appended: the request is not started (the log has no trace of it)
         end = self._ends.get(request_id, self._prompt_end)
+        bit = self._bit(request_id)
         extend = self._sam.extend
         for t in tokens:
-            end = extend(end, t)
+            end = extend(end, t, bit)
         self._log_tok.extend(tokens)
         self._log_req.extend([request_id] * len(tokens))
         self._ends[request_id] = end
@@ -124,13 +132,21 @@ class GroupIndex:
                 raise ValueError(f"group {self.group_id!r}: request_id must be non-empty")
             end = self._prompt_end
             self._lengths[request_id] = 0
-        self._ends[request_id] = self._sam.extend(end, token)
+        bit = self._bits.get(request_id) or self._bit(request_id)
+        self._ends[request_id] = self._sam.extend(end, token, bit)
         self._lengths[request_id] += 1
         self._log_tok.append(token)
         self._log_req.append(request_id)
         if self.own_index:
             own, own_end = self._own_of(request_id)
             self._own[request_id] = (own, own.extend(own_end, token))
+
+    def _bit(self, request_id: str) -> int:
+        """The request's source bit (the next free one on its first append)."""
+        bit = self._bits.get(request_id)
+        if bit is None:
+            bit = self._bits[request_id] = 1 << (len(self._bits) + 1)
+        return bit
 
     def _own_of(self, request_id: str) -> tuple[SuffixAutomaton, int]:
         """The request's own-text automaton and end state (a fresh prompt-only one if new)."""
@@ -144,7 +160,8 @@ class GroupIndex:
         """Draft for ``request_id`` (a request with no tokens yet drafts from the prompt)."""
         end = self._ends.get(request_id, self._prompt_end)
         if params.own_weight == 0.0:
-            return speculate(self._sam, end, params)
+            # a request with no tokens yet has no own continuation: bit 0 matches none
+            return speculate(self._sam, end, params, own=self._bits.get(request_id, 0))
         if not self.own_index:
             raise DraftLifecycleError(
                 f"group {self.group_id!r}: own_weight={params.own_weight} needs an index built "
@@ -197,6 +214,8 @@ class GroupIndex:
                     f"group {self.group_id!r}: request {r!r} end state {self._ends[r]} is not "
                     f"the state of its {len(text)}-token text ({state})"
                 )
+            if not self._sam.sources[state] & self._bits[r]:
+                raise AssertionError(f"group {self.group_id!r}: request {r!r} source bit missing")
             if self._lengths[r] != len(text) - len(self.prompt):
                 raise AssertionError(f"group {self.group_id!r}: request {r!r} length mismatch")
             if self.own_index:

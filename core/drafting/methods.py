@@ -26,7 +26,8 @@ class ReplayDrafter(Protocol):
 
 
 # (prompt, number of requests, scoring template) -> drafter for one group; the template's
-# min_token_prob / backoff / smoothing apply to every suffix method, max_tokens is per call
+# min_token_prob / backoff / smoothing apply to every suffix method, max_tokens is per call;
+# own_weight / own_boost / sibling_discount only to grouped ones (suffix-self has no siblings)
 DrafterFactory = Callable[[Sequence[int], int, SpeculationParams], ReplayDrafter]
 
 
@@ -101,6 +102,8 @@ class GroupedDrafter:
             backoff=t.backoff,
             smoothing=t.smoothing,
             own_weight=t.own_weight,
+            own_boost=t.own_boost,
+            sibling_discount=t.sibling_discount,
         )
 
 

@@ -5,11 +5,16 @@ in the group with a continuation (found by walking suffix links from the request
 state). A candidate token's probability at a draft node is its continuation count over the
 node's total (SuffixDecoding's child count / node count), blended PPM-style (Witten-Bell) with
 the same estimate at up to ``backoff`` shorter contexts (the suffix-link chain); ``backoff=0``
-is SuffixDecoding's estimate. A node is kept only while its path probability is
->= ``min_token_prob``. Trees grow best-first by path probability (ties: older first), at most
-``width`` children per node and ``max_tokens`` nodes in all, so width 1 is the greedy path.
-Short contexts with many continuations are read from the automaton's cached top list (counts
-at most 5% stale), so one draft node costs O(16) whatever the group's vocabulary.
+is SuffixDecoding's estimate. Own-text scoring (when the caller names the request's source bits
+``own``): a candidate the request's own text has already shown after the matched context ranks
+``1 + own_boost`` times higher, and one seen only in siblings counts ``sibling_discount`` times
+its estimate in the path probability (siblings are other samples: their continuations are
+accepted about half as often as their counts say). A node is kept only while its path
+probability is >= ``min_token_prob``. Trees grow best-first by path probability (ties: older
+first), at most ``width`` children per node and ``max_tokens`` nodes in all, so width 1 is the
+highest-ranked path, one node at a time. Short contexts with many continuations are read from
+the automaton's cached top list (counts at most 5% stale), so one draft node costs O(16)
+whatever the group's vocabulary.
 """
 
 from __future__ import annotations
@@ -39,9 +44,9 @@ class SpeculationParams:
     max_tokens: int = 8  # draft tokens in all (tree nodes), 0..MAX_DRAFT_TOKENS; 0 = no draft
     width: int = 1  # children kept per node, 1..MAX_WIDTH; 1 = single path
     # stop a path once its probability falls below, in [0, 1]. SuffixDecoding uses 0.1 on raw
-    # counts; blended estimates are less overconfident, and 0.05 drafts about as many tokens
-    # per step as raw counts at 0.1 do on the recorded rollouts (docs/drafting.md)
-    min_token_prob: float = 0.05
+    # counts; with own-text scoring (sibling-only continuations discounted) 0.01 drafts about
+    # as many tokens per step as raw counts at 0.1 do on the recorded rollouts (docs/drafting.md)
+    min_token_prob: float = 0.01
     # shorter contexts blended in, 0..MAX_BACKOFF; 0 = SuffixDecoding counts. 2 gains <0.01
     # acceptance length over 1 on the recorded rollouts for ~30% more draft time
     backoff: int = 1
@@ -49,6 +54,13 @@ class SpeculationParams:
     # weight of the request's own-text automaton mixed into the ranking, in [0, 1]; 0 = the
     # group automaton alone (needs an index built with own_index=True when > 0; mixed.py)
     own_weight: float = 0.0
+    # own-text scoring, used when the caller passes the request's source bits (``own``):
+    # ranking weight 1 + own_boost for a continuation the request's own text has shown after
+    # the same context, in [0, 100]; 0 = rank by the estimate alone
+    own_boost: float = 2.0
+    # factor on the estimate of a continuation seen only in siblings when it enters the path
+    # probability, in (0, 1]; 1 = no discount (measured acceptance is ~0.4-0.7 of the estimate)
+    sibling_discount: float = 0.6
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_tokens <= MAX_DRAFT_TOKENS:
@@ -65,6 +77,15 @@ class SpeculationParams:
             raise ValueError(f"smoothing must be in (0, 100], got {self.smoothing}")
         if not (0.0 <= self.own_weight <= 1.0) or math.isnan(self.own_weight):
             raise ValueError(f"own_weight must be in [0, 1], got {self.own_weight}")
+        if not (0.0 <= self.own_boost <= 100.0) or math.isnan(self.own_boost):
+            raise ValueError(f"own_boost must be in [0, 100], got {self.own_boost}")
+        if not (0.0 < self.sibling_discount <= 1.0) or math.isnan(self.sibling_discount):
+            raise ValueError(f"sibling_discount must be in (0, 1], got {self.sibling_discount}")
+
+    @property
+    def scores_own_text(self) -> bool:
+        """Whether own-text scoring changes anything (a boost or a discount is set)."""
+        return self.own_boost > 0.0 or self.sibling_discount < 1.0
 
 
 def match_state(sam: SuffixAutomaton, end_state: int) -> int:
@@ -157,6 +178,44 @@ def _blended(
     return [(p, t, states[t]) for p, t in top]
 
 
+def _own_scored(
+    sam: SuffixAutomaton, state: int, params: SpeculationParams, own: int
+) -> list[tuple[float, int, int]]:
+    """Top-``width`` (path-probability factor, token, next state) by own-text scoring.
+
+    Ranked by estimate x (1 + own_boost) for a continuation of ``state`` whose next state has
+    one of the ``own`` source bits (the request's own text has shown it after the matched
+    context; a candidate only a shorter backed-off context has is never "own": counting those
+    measured worse); the factor is the estimate, times ``sibling_discount`` for the others.
+    Ties keep the blend's order.
+    """
+    probs, states = blend(sam, state, params.backoff, params.smoothing)
+    if not probs:
+        return []
+    src = sam.sources
+    kids = sam.transitions[state]
+    boost = 1.0 + params.own_boost
+    disc = params.sibling_discount
+    if params.width == 1:
+        best_t = -1
+        best_rank = best_p = -1.0
+        for t, p in probs.items():
+            if t in kids and src[kids[t]] & own:
+                rank = p * boost
+                if rank > best_rank:
+                    best_t, best_rank, best_p = t, rank, p
+            elif p > best_rank:
+                best_t, best_rank, best_p = t, p, p * disc
+        return [(best_p, best_t, states[best_t])]
+    ranked = []
+    for t, p in probs.items():
+        if t in kids and src[kids[t]] & own:
+            ranked.append((p * boost, p, t))
+        else:
+            ranked.append((p, p * disc, t))
+    return [(p, t, states[t]) for _, p, t in heapq.nlargest(params.width, ranked)]
+
+
 def grow_tree(
     expand: Callable[[S, float], Iterable[tuple[float, int, S]]], start: S, limit: int
 ) -> tuple[list[int], list[int], list[float]]:
@@ -192,8 +251,15 @@ def grow_tree(
     return tokens, parents, probs
 
 
-def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -> Draft:
-    """Draft up to ``params.max_tokens`` tokens continuing the text that ends at ``end_state``."""
+def speculate(
+    sam: SuffixAutomaton, end_state: int, params: SpeculationParams, own: int | None = None
+) -> Draft:
+    """Draft up to ``params.max_tokens`` tokens continuing the text that ends at ``end_state``.
+
+    ``own``: the source bits of the request's own text (``SuffixAutomaton.extend``), which
+    turns on own-text scoring; None = no source information (plain estimates; every text is
+    the request's own, as in per-request suffix decoding).
+    """
     if params.max_tokens == 0:
         return EMPTY_DRAFT
     start = match_state(sam, end_state)
@@ -201,8 +267,17 @@ def speculate(sam: SuffixAutomaton, end_state: int, params: SpeculationParams) -
     width = params.width
     backoff = params.backoff
     smoothing = params.smoothing
+    own_bits = own if own is not None and params.scores_own_text else None
 
     def expand(state: int, path_p: float) -> list[tuple[float, int, int]]:
+        if own_bits is not None:
+            # ranked by own-text scoring, not by p: a factor under the cut skips one candidate
+            out = []
+            for p, t, u in _own_scored(sam, state, params, own_bits):
+                pp = path_p * p
+                if pp >= min_p:
+                    out.append((pp, t, u))
+            return out
         if backoff:
             ranked = _blended(sam, state, width, backoff, smoothing)
         else:

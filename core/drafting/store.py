@@ -16,6 +16,8 @@ from core.drafting.draft import Draft
 from core.drafting.group import DraftLifecycleError, GroupIndex, GroupMemory
 from core.drafting.speculate import SpeculationParams
 
+DEFAULT_PARAMS = SpeculationParams()  # the defaults of every speculate keyword below
+
 
 class TokenRun(BaseModel):
     """Consecutive tokens appended for one request."""
@@ -87,15 +89,19 @@ class DraftStore:
         request_id: str,
         max_tokens: int,
         width: int = 1,
-        min_token_prob: float = 0.05,
-        backoff: int = 1,
-        smoothing: float = 1.0,
-        own_weight: float = 0.0,
+        min_token_prob: float = DEFAULT_PARAMS.min_token_prob,
+        backoff: int = DEFAULT_PARAMS.backoff,
+        smoothing: float = DEFAULT_PARAMS.smoothing,
+        own_weight: float = DEFAULT_PARAMS.own_weight,
+        own_boost: float = DEFAULT_PARAMS.own_boost,
+        sibling_discount: float = DEFAULT_PARAMS.sibling_discount,
     ) -> Draft:
         """Draft for a request: up to ``max_tokens`` nodes, ``width`` branches per node.
 
-        ``backoff``/``smoothing``/``own_weight``: see ``SpeculationParams`` (backoff 0 =
-        SuffixDecoding scoring; own_weight > 0 needs a store built with ``own_index=True``).
+        ``backoff``/``smoothing``/``own_weight``/``own_boost``/``sibling_discount``: see
+        ``SpeculationParams`` (backoff 0 = SuffixDecoding counts; own_boost 0 with
+        sibling_discount 1 = no own-text scoring; own_weight > 0 needs a store built with
+        ``own_index=True``).
         """
         params = SpeculationParams(
             max_tokens=max_tokens,
@@ -104,6 +110,8 @@ class DraftStore:
             backoff=backoff,
             smoothing=smoothing,
             own_weight=own_weight,
+            own_boost=own_boost,
+            sibling_discount=sibling_discount,
         )
         return self.group(group_id).speculate(request_id, params)
 
@@ -111,10 +119,12 @@ class DraftStore:
         self,
         requests: Sequence[tuple[str, str, int]],
         width: int = 1,
-        min_token_prob: float = 0.05,
-        backoff: int = 1,
-        smoothing: float = 1.0,
-        own_weight: float = 0.0,
+        min_token_prob: float = DEFAULT_PARAMS.min_token_prob,
+        backoff: int = DEFAULT_PARAMS.backoff,
+        smoothing: float = DEFAULT_PARAMS.smoothing,
+        own_weight: float = DEFAULT_PARAMS.own_weight,
+        own_boost: float = DEFAULT_PARAMS.own_boost,
+        sibling_discount: float = DEFAULT_PARAMS.sibling_discount,
     ) -> list[Draft]:
         """The paper's ``batch_speculate``: one draft per (group_id, request_id, max_tokens).
 
@@ -123,7 +133,18 @@ class DraftStore:
         for group_id, _, _ in requests:
             self.group(group_id)
         return [
-            self.speculate(g, r, k, width, min_token_prob, backoff, smoothing, own_weight)
+            self.speculate(
+                g,
+                r,
+                k,
+                width,
+                min_token_prob,
+                backoff,
+                smoothing,
+                own_weight,
+                own_boost,
+                sibling_discount,
+            )
             for g, r, k in requests
         ]
 

@@ -68,7 +68,8 @@ def test_defaults_print_a_table(tmp_path: Path):
     assert header.split()[1:] == ["k=4", "k=8", "k=16"]
     for name in ("none", "ngram", "suffix-self", "grouped", "grouped-tree2", "grouped-tree4"):
         assert any(ln.split()[0] == name for ln in res.output.splitlines() if ln.strip())
-    assert "min_token_prob=0.05" in res.output
+    assert "min_token_prob=0.01" in res.output
+    assert "own_boost=2.0  sibling_discount=0.6" in res.output
 
 
 def test_references_protocol_and_table(tmp_path: Path):

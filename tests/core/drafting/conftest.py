@@ -34,6 +34,15 @@ class BruteGroup:
             return len(self._ends())
         return sum(1 for t, j in self._ends() if j + 1 >= n and t[j + 1 - n : j + 1] == w)
 
+    def count_in(self, text: Sequence[int], start: int, w: Sequence[int]) -> int:
+        """Occurrences of ``w`` in ``text`` ending at a position >= ``start``."""
+        n = len(w)
+        return sum(
+            1
+            for j in range(max(start, n - 1), len(text))
+            if list(text[j + 1 - n : j + 1]) == list(w)
+        )
+
     def continuations(self, w: Sequence[int]) -> Counter[int]:
         """Counts of ``w + [c]`` for every token c that follows ``w`` somewhere."""
         alphabet = set(self.prompt).union(*self.outs.values())

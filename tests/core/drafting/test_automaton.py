@@ -152,3 +152,32 @@ def test_long_random_interleavings_match_brute_force(brute, seed):
         end = sam.find(ref.text(r))
         assert end is not None
         assert sam.length(match_state(sam, end)) == ref.match_length(r)
+
+
+@settings(max_examples=150, deadline=None)
+@given(prompt=tokens, schedule=schedules)
+def test_sources_match_brute_force_for_every_short_string(brute, prompt, schedule):
+    # the prompt appends as bit 0, each request as bit i + 1 in the order of its first append
+    idx, ref = build(brute, prompt, schedule)
+    sam = idx.automaton
+    order = list(dict.fromkeys(f"r{r}" for r, toks in schedule if toks))  # empty: no append
+    bits = {r: 1 << (i + 1) for i, r in enumerate(order)}
+    for n in range(1, 5):
+        for w in itertools.product(range(3), repeat=n):
+            want = 0
+            if ref.count_in(ref.prompt, 0, w):
+                want |= 1
+            for r, b in bits.items():
+                if ref.count_in(ref.text(r), len(ref.prompt), w):
+                    want |= b
+            state = sam.find(w)
+            assert (0 if state is None else sam.sources[state]) == want, w
+
+
+def test_check_reports_a_source_bit_missing_on_the_suffix_link():
+    sam = SuffixAutomaton()
+    end = sam.extend_all(ROOT, [1, 2, 1, 2], source=2)
+    sam.check()
+    sam.sources[end] |= 8  # corrupt: a bit its suffix link lacks
+    with pytest.raises(AssertionError, match="source bit its suffix link lacks"):
+        sam.check()

@@ -22,7 +22,8 @@ def _index() -> GroupIndex:
 def test_own_weight_hand_computed():
     idx = _index()
     # group after "1 2": 3 once (a), 4 three times (b) -> {3: 1/4, 4: 3/4}; a's own: {3: 1}
-    group_only = idx.speculate("a", SpeculationParams(min_token_prob=0.0, backoff=0))
+    plain = {"min_token_prob": 0.0, "backoff": 0, "own_boost": 0.0, "sibling_discount": 1.0}
+    group_only = idx.speculate("a", SpeculationParams(**plain))
     assert group_only.tokens[0] == 4 and group_only.probs[0] == pytest.approx(0.75)
     # mixed .5: 3 ranks .5 * 1/4 + .5 * 1 = .625 over 4's .375; its path probability is the
     # more confident source's (own: 1.0); then "1 2 3" -> 1 -> 2 in both, then a's end: stop

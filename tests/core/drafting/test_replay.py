@@ -12,8 +12,8 @@ from core.drafting.recorded import RecordedGroup, load_groups
 from core.drafting.replay import Tally, measure_speed, replay_lockstep, replay_references
 from core.drafting.speculate import SpeculationParams
 
-# SuffixDecoding scoring: what the hand computations below use
-COUNTS = SpeculationParams(min_token_prob=0.1, backoff=0)
+# SuffixDecoding scoring (no own-text scoring): what the hand computations below use
+COUNTS = SpeculationParams(min_token_prob=0.1, backoff=0, own_boost=0.0, sibling_discount=1.0)
 
 # One request repeating "1 2" after prompt [9]; hand-computed with k=2, min_token_prob 0.1:
 #  t=0 ctx [9]: nothing follows "9" yet, back to the root: only "9" seen -> draft [9], 0 accepted
@@ -151,7 +151,8 @@ def test_run_replay_defaults_cover_every_method_and_k():
     assert list(report.table) == list(METHODS)
     assert all(list(row) == [4, 8, 16] for row in report.table.values())
     assert report.protocol == "lockstep" and report.speed_method == "grouped-tree4"
-    assert report.scoring.min_token_prob == 0.05 and report.scoring.backoff == 1
+    assert report.scoring.min_token_prob == 0.01 and report.scoring.backoff == 1
+    assert report.scoring.own_boost == 2.0 and report.scoring.sibling_discount == 0.6
 
 
 def test_measure_speed_on_a_group():
@@ -159,3 +160,29 @@ def test_measure_speed_on_a_group():
     assert s.append_us_per_token > 0 and s.speculate_us > 0
     with pytest.raises(ValueError, match="repeats must be >= 1, got 0"):
         measure_speed(TWINS, "grouped", 8, repeats=0)
+
+
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "rollouts"
+T07 = DATA / "smollm2-t07-public.jsonl.gz"
+
+
+@pytest.mark.skipif(not T07.is_file(), reason="no recorded rollouts")
+def test_own_text_scoring_floor_on_a_fixed_real_slice():
+    # the single path the engine verifies, on the first two T=0.7 groups (lockstep, k=8):
+    # own-text scoring accepts more than plain scoring with the same cut, drafting fewer
+    # tokens, and more than the previous default (plain, cut 0.05)
+    groups = load_groups(T07)[:2]
+
+    def run(scoring: SpeculationParams) -> Tally:
+        total = Tally()
+        for g in groups:
+            total.add(replay_lockstep(g, ["grouped"], [8], scoring)["grouped"][8])
+        return total
+
+    new = run(SpeculationParams())
+    plain = run(SpeculationParams(own_boost=0.0, sibling_discount=1.0))
+    before = run(SpeculationParams(own_boost=0.0, sibling_discount=1.0, min_token_prob=0.05))
+    assert new.acceptance_length >= plain.acceptance_length + 0.02
+    assert new.draft_tokens_per_step < plain.draft_tokens_per_step
+    assert new.acceptance_length >= before.acceptance_length + 0.03
+    assert new.acceptance_length >= 1.84  # measured 1.848 when written

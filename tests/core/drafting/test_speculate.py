@@ -5,7 +5,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.drafting.automaton import ROOT, SuffixAutomaton
+from core.drafting.group import GroupIndex
+from core.drafting.recorded import RecordedGroup
+from core.drafting.replay import replay_lockstep
 from core.drafting.speculate import SpeculationParams, match_state, speculate
+from core.drafting.store import DraftStore
 
 
 def _sam(*texts: list[int]) -> tuple[SuffixAutomaton, list[int]]:
@@ -80,7 +84,10 @@ def test_zero_budget_and_empty_automaton():
 
 def test_defaults():
     p = SpeculationParams()
-    assert (p.max_tokens, p.width, p.min_token_prob, p.backoff, p.smoothing) == (8, 1, 0.05, 1, 1.0)
+    assert (p.max_tokens, p.width, p.min_token_prob, p.backoff, p.smoothing) == (8, 1, 0.01, 1, 1.0)
+    assert (p.own_weight, p.own_boost, p.sibling_discount) == (0.0, 2.0, 0.6)
+    assert p.scores_own_text
+    assert not SpeculationParams(own_boost=0.0, sibling_discount=1.0).scores_own_text
 
 
 @pytest.mark.parametrize(
@@ -131,3 +138,103 @@ def test_every_draft_is_a_well_formed_tree(texts, max_tokens, width, min_p, back
     for t, p in zip(d.tokens, d.parents, strict=True):
         if p == -1:
             assert sam.find([t]) is not None
+
+
+# SuffixDecoding counts without own-text scoring, for comparisons
+PLAIN = {"backoff": 0, "min_token_prob": 0.0, "own_boost": 0.0, "sibling_discount": 1.0}
+
+
+def _own_vs_sibling() -> GroupIndex:
+    # after "1 2": 3 once (a's own text), 4 twice (b); a's text ends in "3 1 2", which has no
+    # continuation yet: a's match is "1 2" (b's is "1 2 4 1 2", its own repetition)
+    idx = GroupIndex("g", [9])
+    idx.add_tokens("a", [1, 2, 3, 1, 2])
+    idx.add_tokens("b", [1, 2, 4, 1, 2, 4, 1, 2])
+    return idx
+
+
+def test_own_continuation_outranks_a_more_frequent_sibling_one():
+    idx = _own_vs_sibling()
+    plain = idx.speculate("a", SpeculationParams(max_tokens=1, **PLAIN))
+    assert plain.tokens == (4,) and plain.probs[0] == pytest.approx(2 / 3)
+    # own-text scoring: 3 ranks 1/3 * (1 + 2) = 1 over 4's 2/3, and keeps its estimate
+    own = idx.speculate("a", SpeculationParams(max_tokens=1, backoff=0, min_token_prob=0.0))
+    assert own.tokens == (3,) and own.probs[0] == pytest.approx(1 / 3)
+    assert own.match_length == plain.match_length == 2
+    # b matches "1 2 4 1 2", followed by 4 in its own text only: certain, undiscounted
+    b = idx.speculate("b", SpeculationParams(max_tokens=1, backoff=0, min_token_prob=0.0))
+    assert b.tokens == (4,) and b.probs[0] == 1.0 and b.match_length == 5
+    # a boost of 0 ranks by the estimate alone
+    no_boost = idx.speculate(
+        "a", SpeculationParams(max_tokens=1, backoff=0, min_token_prob=0.0, own_boost=0.0)
+    )
+    assert no_boost.tokens == (4,) and no_boost.probs[0] == pytest.approx(2 / 3 * 0.6)
+
+
+def test_sibling_only_continuations_are_discounted_in_the_path_probability():
+    idx = _own_vs_sibling()
+    # a request with no tokens yet drafts from the prompt "9": everything came from siblings
+    params = SpeculationParams(max_tokens=2, backoff=0, min_token_prob=0.0)
+    d = idx.speculate("new", params)
+    assert d.tokens == (1, 2) and d.probs == pytest.approx((0.6, 0.36))
+    # the cut applies to the discounted probability: 0.6 passes 0.5, 0.36 does not
+    cut = idx.speculate("new", SpeculationParams(max_tokens=2, backoff=0, min_token_prob=0.5))
+    assert cut.tokens == (1,)
+    undiscounted = idx.speculate("new", SpeculationParams(max_tokens=2, **PLAIN))
+    assert undiscounted.probs == (1.0, 1.0)
+    # no source information (a plain automaton): plain estimates whatever the params say
+    sam, ends = _sam([1, 2, 3, 1, 2, 4, 1, 2, 4], [1, 2])
+    bare = speculate(sam, ends[1], SpeculationParams(max_tokens=1, backoff=0))
+    assert bare.tokens == (4,) and bare.probs[0] == pytest.approx(2 / 3)
+
+
+def test_tree_keeps_own_continuations_and_discounts_the_others():
+    idx = _own_vs_sibling()
+    # width 1 keeps the own 3; width 2 keeps both, grown best-first by path probability
+    one = idx.speculate("a", SpeculationParams(max_tokens=2, width=1, backoff=0))
+    assert one.tokens[0] == 3
+    tree = idx.speculate("a", SpeculationParams(max_tokens=2, width=2, backoff=0))
+    assert tree.tokens == (4, 3) and tree.parents == (-1, -1)
+    assert tree.probs == pytest.approx((2 / 3 * 0.6, 1 / 3))
+
+
+def test_store_single_path_default_is_own_text_scoring():
+    # what the engine's proposer calls: DraftStore.speculate(group, request, k, width=1)
+    store = DraftStore()
+    store.register_group("g", [9])
+    store.add_tokens("g", "a", [1, 2, 3, 1, 2])
+    store.add_tokens("g", "b", [1, 2, 4, 1, 2, 4, 1, 2])
+    assert store.speculate("g", "a", 1, width=1).tokens == (3,)
+    assert store.speculate("g", "a", 1, own_boost=0.0).tokens == (4,)
+    assert [d.tokens for d in store.batch_speculate([("g", "a", 1), ("g", "b", 1)])] == [
+        (3,),
+        (4,),
+    ]
+
+
+def test_own_text_scoring_is_right_where_greedy_follows_the_siblings():
+    # a repeats "1 2 3 x", its siblings "1 2 4 x" (x differs each time, so the match after a
+    # new "x 1 2" is "1 2", where 4 outnumbers 3 two to one): lockstep, one path of 4 tokens
+    a = (1, 2, 3, 5, 1, 2, 3, 6, 1, 2, 3, 7, 1, 2, 3, 8)
+    b = (1, 2, 4, 5, 1, 2, 4, 6, 1, 2, 4, 7, 1, 2, 4, 8)
+    group = RecordedGroup("rep", (9,), (a, b, b))
+    own = replay_lockstep(group, ["grouped"], [4], SpeculationParams())["grouped"][4]
+    greedy = replay_lockstep(
+        group, ["grouped"], [4], SpeculationParams(own_boost=0.0, sibling_discount=1.0)
+    )["grouped"][4]
+    assert own.tokens == greedy.tokens == 48
+    assert own.steps < greedy.steps
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [
+        ({"own_boost": -0.5}, "own_boost must be in \\[0, 100\\], got -0.5"),
+        ({"own_boost": float("nan")}, "own_boost must be in"),
+        ({"sibling_discount": 0.0}, "sibling_discount must be in \\(0, 1\\], got 0.0"),
+        ({"sibling_discount": 1.5}, "got 1.5"),
+    ],
+)
+def test_own_text_params_are_validated(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        SpeculationParams(**kwargs)
