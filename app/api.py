@@ -75,6 +75,8 @@ class Response(BaseModel):
     finished_after_s: float = Field(
         description="seconds from the job's acceptance to this response's last token"
     )
+    drafted_tokens: int = Field(0, description="draft tokens verified for it (speculation)")
+    accepted_tokens: int = Field(0, description="of those, accepted by the target model")
 
 
 class GroupResult(BaseModel):
@@ -91,6 +93,8 @@ class RolloutStats(BaseModel):
     tokens_per_s: float
     requests: int
     chunks: int
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 class RolloutResponse(BaseModel):

@@ -41,9 +41,12 @@ class RequestRun:
     replicas: list[str] = field(default_factory=list)  # one entry per chunk, in order
     failures: int = 0  # chunks lost to a failed replica
     finished_at: float = 0.0  # time.time() of its last token
+    drafted: int = 0  # draft tokens verified for it
+    accepted: int = 0  # of those, accepted
 
-    def chunk(self, decision: ChunkDecision) -> ChunkRequest:
-        """The engine request of the chunk ``decision`` asks for, continuing this response."""
+    def chunk(self, decision: ChunkDecision, speculate: bool = False) -> ChunkRequest:
+        """The engine request of the chunk ``decision`` asks for, continuing this response;
+        ``speculate``: the running policy drafts (engines that speculate then draft for it)."""
         if decision.generated != len(self.tokens):
             raise ValueError(
                 f"request {decision.request_id}: scheduler continues at {decision.generated} "
@@ -60,6 +63,8 @@ class RequestRun:
             sampling=self.sampling,
             logprobs=self.logprobs,
             priority=decision.priority,
+            is_probe=decision.is_probe,
+            speculate=speculate,
         )
 
     def append(self, replica: str, tokens: Sequence[int], logprobs: Sequence[float] | None) -> None:
@@ -154,6 +159,8 @@ def assemble_group(
                 chunks=len(run.replicas),
                 replicas=list(run.replicas),
                 finished_after_s=max(run.finished_at - started, 0.0),
+                drafted_tokens=run.drafted,
+                accepted_tokens=run.accepted,
             )
         )
     return GroupResult(
@@ -186,4 +193,6 @@ def rollout_stats(groups: Sequence[GroupResult], started: float) -> RolloutStats
         tokens_per_s=out / elapsed,
         requests=sum(len(g.responses) for g in groups),
         chunks=sum(r.chunks for g in groups for r in g.responses),
+        drafted_tokens=sum(r.drafted_tokens for g in groups for r in g.responses),
+        accepted_tokens=sum(r.accepted_tokens for g in groups for r in g.responses),
     )

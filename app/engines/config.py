@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core.drafting.step_drafter import DraftSettings
 
 #: Table 3 presets of ``core.sim.workload.PRESETS`` (listed here so configs validate without
 #: importing numpy; tests/app/test_sim_engine.py checks the two lists agree).
@@ -70,6 +73,32 @@ class SimConfig(BaseModel):
         return v
 
 
+#: Speculation methods of the vLLM backend: ``grouped`` (the Seer drafter, fed by the group's
+#: siblings), vLLM's own prompt-lookup ``ngram`` (a baseline), or ``none``.
+SPECULATION_METHODS = ("none", "grouped", "ngram")
+
+
+class SpeculationConfig(BaseModel):
+    """Speculative decoding of one vLLM replica. The method and K are fixed at engine start;
+    ``settings`` (grouped only) change live through ``configure_speculation``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Literal["none", "grouped", "ngram"] = Field(
+        "grouped",
+        description="grouped (Seer's group drafter) | ngram (vLLM prompt lookup) | none. With "
+        "grouped, only chunks of a speculating policy (seer) draft; the others run as with none",
+    )
+    num_speculative_tokens: int = Field(
+        8, ge=1, le=16, description="K, the most draft tokens per request and step, 1..16"
+    )
+    settings: DraftSettings = Field(
+        default_factory=DraftSettings,
+        description="grouped drafting: enabled, max_draft (<= K), min_token_prob, adaptive, "
+        "probe_priority; changeable live",
+    )
+
+
 class EngineConfig(BaseModel):
     """How to start one engine replica."""
 
@@ -93,6 +122,9 @@ class EngineConfig(BaseModel):
     start_timeout_s: float = Field(600.0, gt=0, le=7200, description="engine start deadline")
     fake_step_s: float = Field(
         0.001, ge=0, le=10, description="fake backend only: seconds per generated token"
+    )
+    speculation: SpeculationConfig = Field(
+        default_factory=SpeculationConfig, description="vllm backend only: speculative decoding"
     )
     sim: SimConfig | None = Field(
         None, description="backend sim only (None = SimConfig defaults); model is then ignored"

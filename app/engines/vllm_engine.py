@@ -4,11 +4,17 @@ Invariant: a chunk is one vLLM request whose prompt is ``prompt + generated`` an
 ``max_tokens`` is the chunk budget; with prefix caching on, a continuation chunk recomputes
 nothing but the last partial block. The chunk's finish reason is ``stop`` for EOS, ``length``
 when the request's own ``max_tokens`` or the context limit is reached, else ``chunk``.
+
+Speculation (``EngineConfig.speculation``): ``grouped`` loads ``GroupedProposer`` as vLLM's
+``custom_class`` proposer and binds it to the model runner once at start (``collective_rpc``);
+a chunk drafts only when it asks to (``ChunkRequest.speculate``) and carries its group in
+``SamplingParams.extra_args``; its verified draft counts are taken back when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -16,10 +22,17 @@ from typing import Any
 
 from app.engines.base import EngineDead
 from app.engines.config import EngineConfig
+from app.engines.grouped_proposer import PROPOSER, WORKER_EXTENSION, seer_extra_args
 from app.engines.tokenizer import Tokenizer
 from app.env import apply_engine_env
 from app.models import resolve_model
+from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+
+#: bound on one call into the engine core between steps (draft counts, settings)
+_RPC_TIMEOUT_S = 30.0
+
+log = logging.getLogger(__name__)
 
 
 def _on_cpu() -> bool:
@@ -54,6 +67,10 @@ class _LoadRecorder:
                     if cache is not None:
                         sink["prefix_queries"] += cache.queries
                         sink["prefix_hits"] += cache.hits
+                    spec = scheduler_stats.spec_decoding_stats
+                    if spec is not None:
+                        sink["draft_tokens"] += spec.num_draft_tokens
+                        sink["accepted_tokens"] += spec.num_accepted_tokens
 
             def log_engine_initialized(self) -> None:
                 pass
@@ -62,9 +79,14 @@ class _LoadRecorder:
 
 
 class VllmEngine:
-    def __init__(self, config: EngineConfig, replica_id: str = "replica-0") -> None:
+    def __init__(
+        self, config: EngineConfig, replica_id: str = "replica-0", accept_all_drafts: bool = False
+    ) -> None:
+        """``accept_all_drafts``: test-only, breaks verification on purpose (``seer exactness``
+        must then FAIL); never set by the service."""
         self.config = config
         self.replica_id = replica_id
+        self._accept_all_drafts = accept_all_drafts
         self._engine: Any = None
         self._tokenizer: Tokenizer | None = None
         self._stats: dict[str, Any] = {
@@ -74,6 +96,8 @@ class VllmEngine:
             "prefix_queries": 0,
             "prefix_hits": 0,
             "preemptions": 0,
+            "draft_tokens": 0,
+            "accepted_tokens": 0,
         }
         self._kv_capacity_tokens = 0
         self._running: dict[str, str] = {}  # request_id -> engine request id
@@ -94,6 +118,13 @@ class VllmEngine:
         self._kv_capacity_tokens = int(blocks * cache.block_size)
         self._tokenizer = await asyncio.to_thread(Tokenizer, model_path)
         self._engine = engine
+        if self.config.speculation.method != "none":
+            await self._rpc("seer_fix_cpu_sampler")  # sampled verification on CPU (see module)
+        if self.grouped:
+            bound = await engine.collective_rpc("seer_bind", args=(self._accept_all_drafts,))
+            if not all(bound):
+                raise RuntimeError(f"{self.replica_id}: grouped proposer not loaded ({bound})")
+            await self.configure_speculation(self.config.speculation.settings)
         await self._warm_up()
 
     def _build(self) -> tuple[Any, Path]:
@@ -116,7 +147,22 @@ class VllmEngine:
             scheduling_policy="priority",
             seed=self.config.seed,
             disable_log_stats=False,
+            worker_extension_cls=WORKER_EXTENSION,
         )
+        spec = self.config.speculation
+        if spec.method == "grouped":
+            kwargs["speculative_config"] = {
+                "method": "custom_class",
+                "model": PROPOSER,
+                "num_speculative_tokens": spec.num_speculative_tokens,
+            }
+        elif spec.method == "ngram":
+            kwargs["speculative_config"] = {
+                "method": "ngram",
+                "num_speculative_tokens": spec.num_speculative_tokens,
+                "prompt_lookup_min": 2,
+                "prompt_lookup_max": 5,
+            }
         if not cpu:
             kwargs["gpu_memory_utilization"] = self.config.gpu_memory_utilization
         else:
@@ -142,6 +188,65 @@ class VllmEngine:
                 pass
 
         await asyncio.gather(*(one(i) for i in range(4)))
+
+    @property
+    def grouped(self) -> bool:
+        """The replica runs the grouped drafter."""
+        return self.config.speculation.method == "grouped"
+
+    async def _rpc(self, method: str, *args: Any) -> list[Any]:
+        """One bounded call into every worker of the engine (served between steps)."""
+        return list(
+            await asyncio.wait_for(
+                self._require().collective_rpc(method, args=args), _RPC_TIMEOUT_S
+            )
+        )
+
+    async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
+        """Apply grouped-drafting settings live; returns what the engine now runs."""
+        if not self.grouped:
+            raise ValueError(
+                f"{self.replica_id}: speculation method is {self.config.speculation.method!r}; "
+                "only grouped takes live settings"
+            )
+        from dataclasses import asdict
+
+        applied = await self._rpc("seer_configure", asdict(settings))
+        return DraftSettings(**applied[0])
+
+    async def speculation_stats(self) -> dict[str, Any]:
+        """The grouped drafter's totals (steps, drafted, accepted, draft and step seconds, the
+        learned step cost); empty for other methods."""
+        if not self.grouped:
+            return {}
+        return dict((await self._rpc("seer_snapshot"))[0])
+
+    async def release_groups(self, group_ids: list[str]) -> int:
+        """Drop finished groups' draft indexes (they are also dropped when idle)."""
+        if not self.grouped or not group_ids:
+            return 0
+        return int(sum(await self._rpc("seer_release_groups", list(group_ids))))
+
+    async def score(self, context: list[int], continuation: list[int]) -> list[float]:
+        """The target model's logprob of each ``continuation`` token after ``context`` (one
+        prefill of ``context + continuation``, no sampling, no speculation)."""
+        engine = self._require()
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not context or not continuation:
+            raise ValueError("score needs a non-empty context and continuation")
+        ids = [*context, *continuation]
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"{len(ids)} tokens do not fit max_model_len={self.max_model_len}")
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        final: Any = None
+        async for out in engine.generate(
+            TokensPrompt(prompt_token_ids=ids), params, request_id=f"score-{uuid.uuid4().hex}"
+        ):
+            final = out
+        plp = final.prompt_logprobs
+        return [float(plp[i][ids[i]].logprob) for i in range(len(context), len(ids))]
 
     def _require(self) -> Any:
         if self._engine is None:
@@ -178,6 +283,8 @@ class VllmEngine:
             kv_capacity_tokens=self._kv_capacity_tokens,
             max_running=self.config.max_num_seqs,
             preemptions=int(self._stats["preemptions"]),
+            draft_tokens=int(self._stats["draft_tokens"]),
+            accepted_draft_tokens=int(self._stats["accepted_tokens"]),
         )
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
@@ -188,6 +295,19 @@ class VllmEngine:
         budget = request.budget_within(self.max_model_len)
         context = [*request.prompt_token_ids, *request.generated_token_ids]
         s = request.sampling
+        engine_id = f"{request.engine_request_id}-{uuid.uuid4().hex[:8]}"
+        drafting = self.grouped and request.speculate
+        extra = (
+            seer_extra_args(
+                engine_id,
+                request.group_id,
+                request.request_id,
+                len(request.prompt_token_ids),
+                request.is_probe,
+            )
+            if drafting
+            else None
+        )
         params = SamplingParams(
             n=1,
             temperature=s.temperature,
@@ -197,8 +317,8 @@ class VllmEngine:
             max_tokens=budget,
             logprobs=0 if request.logprobs else None,
             detokenize=False,
+            extra_args=extra,
         )
-        engine_id = f"{request.engine_request_id}-{uuid.uuid4().hex[:8]}"
         if request.request_id in self._running:
             raise ValueError(f"request {request.request_id} already has a running chunk")
         self._running[request.request_id] = engine_id
@@ -220,6 +340,17 @@ class VllmEngine:
             raise EngineDead(f"{self.replica_id}: vLLM engine core died: {exc}") from exc
         finally:
             self._running.pop(request.request_id, None)
+        drafted = accepted = 0
+        if drafting:
+            try:
+                counts = await self._rpc("seer_take_counts", [engine_id])
+            except Exception as exc:  # noqa: BLE001 - counts are stats; the tokens are what count
+                log.warning("%s: draft counts of %s lost: %r", self.replica_id, engine_id, exc)
+            else:
+                for worker in counts:
+                    d, a = worker.get(engine_id, (0, 0))
+                    drafted += int(d)
+                    accepted += int(a)
         elapsed = time.perf_counter() - t0
         comp = final.outputs[0] if final is not None and final.outputs else None
         tokens = list(comp.token_ids) if comp is not None else []
@@ -245,6 +376,8 @@ class VllmEngine:
             token_ids=tokens,
             logprobs=logprobs,
             finish_reason=finish,
+            drafted_tokens=drafted,
+            accepted_tokens=accepted,
             engine_steps=steps,
             elapsed_s=elapsed,
         )

@@ -365,7 +365,7 @@ class Dispatcher:
         flight = _InFlight(d, job, run, now)
         self._in_flight[d.request_id] = flight
         self.metrics.decisions.inc()
-        self._spawn(self._chunk_task(flight, run.chunk(d)))
+        self._spawn(self._chunk_task(flight, run.chunk(d, self.plan.speculate)))
 
     async def _chunk_task(self, flight: _InFlight, chunk: ChunkRequest) -> None:
         try:
@@ -411,6 +411,11 @@ class Dispatcher:
             return
         rep_id = self.replicas[d.replica].replica_id
         run.append(rep_id, res.token_ids, res.logprobs)
+        if res.drafted_tokens:
+            run.drafted += res.drafted_tokens
+            run.accepted += res.accepted_tokens
+            self.metrics.draft_tokens.labels(rep_id).inc(res.drafted_tokens)
+            self.metrics.accepted_tokens.labels(rep_id).inc(res.accepted_tokens)
         if res.finish_reason is FinishReason.ABORT:  # the engine gave up on it, unasked
             run.failures += 1
             if run.failures > self.config.max_chunk_retries:

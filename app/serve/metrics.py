@@ -58,6 +58,12 @@ class ServiceMetrics:
             ["replica"],
             registry=r,
         )
+        self.draft_tokens = Counter(
+            "seer_draft_tokens", "draft tokens verified by the engines", ["replica"], registry=r
+        )
+        self.accepted_tokens = Counter(
+            "seer_accepted_draft_tokens", "draft tokens accepted", ["replica"], registry=r
+        )
         self.last_tail = Gauge(
             "seer_last_job_tail_seconds",
             "time spent on the last 10% of requests of the last finished job",

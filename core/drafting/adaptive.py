@@ -93,10 +93,15 @@ class DraftCandidate:
     request_id: str
     acceptance: float  # estimated per-token acceptance rate, in [0, 1]
     is_probe: bool = False
+    max_length: int = 64  # draft tokens actually on offer (g never exceeds it), 0..64
 
     def __post_init__(self) -> None:
         if not self.request_id:
             raise ValueError("request_id must be a non-empty string")
+        if not 0 <= self.max_length <= 64:
+            raise ValueError(
+                f"max_length of {self.request_id!r} must be in [0, 64], got {self.max_length}"
+            )
         if not (0.0 <= self.acceptance <= 1.0) or math.isnan(self.acceptance):
             raise ValueError(
                 f"acceptance of {self.request_id!r} must be in [0, 1], got {self.acceptance}"
@@ -132,7 +137,7 @@ def choose_draft_lengths(
     heap: list[tuple[float, bool, int, int]] = []
     for i in order:
         c = candidates[i]
-        if c.acceptance > 0.0 and c.acceptance >= cfg.min_acceptance:
+        if c.acceptance > 0.0 and c.acceptance >= cfg.min_acceptance and c.max_length > 0:
             heap.append((-weights[i] * c.acceptance, not c.is_probe, i, 1))
     heapq.heapify(heap)
     budget = min(cfg.step_token_budget, batch * cfg.g_max)
@@ -156,7 +161,7 @@ def choose_draft_lengths(
         if rate > best_rate:
             best_rate = rate
             best_given = list(given)
-        if g < cfg.g_max:
+        if g < min(cfg.g_max, candidates[i].max_length):
             a = candidates[i].acceptance
             heapq.heappush(heap, (-weights[i] * a ** (g + 1), not_probe, i, g + 1))
     if best_rate < base_rate * (1.0 + cfg.min_gain):

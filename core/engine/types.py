@@ -64,6 +64,10 @@ class ChunkRequest(BaseModel):
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     logprobs: bool = True
     priority: int = Field(0, description="lower runs first (vLLM priority scheduling)")
+    is_probe: bool = Field(False, description="its group's probe (drafting favours its tokens)")
+    speculate: bool = Field(
+        False, description="draft for this chunk when the engine speculates (the policy decides)"
+    )
 
     @model_validator(mode="after")
     def _budget_fits(self) -> ChunkRequest:
@@ -155,3 +159,5 @@ class EngineLoad(BaseModel):
     preemptions: int = Field(0, ge=0, description="requests preempted by the engine, cumulative")
     prefix_cache_queries: int = Field(0, ge=0, description="prompt tokens looked up, cumulative")
     prefix_cache_hits: int = Field(0, ge=0, description="of those, served from the prefix cache")
+    draft_tokens: int = Field(0, ge=0, description="draft tokens verified, cumulative")
+    accepted_draft_tokens: int = Field(0, ge=0, description="of those, accepted, cumulative")
