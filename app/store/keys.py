@@ -1,0 +1,18 @@
+"""How a prompt is named across RL iterations (light: no SQLAlchemy)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+
+def prompt_hash(token_ids: Sequence[int]) -> str:
+    """``sha256:`` + the first 32 hex digits of SHA-256 over the token ids (stable across
+    processes and versions: the ids as comma-separated decimal text)."""
+    text = ",".join(str(t) for t in token_ids)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def prompt_key(prompt_id: str | None, token_ids: Sequence[int]) -> str:
+    """The prior's key of a prompt: the trainer's prompt id when given, else its hash."""
+    return prompt_id if prompt_id else prompt_hash(token_ids)
