@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.commands import demo, e2e, models, replay, serve, simulate
+from app.commands import db, demo, e2e, models, replay, serve, simulate
 
 cli = typer.Typer(
     name="seer",
@@ -25,6 +25,7 @@ serve.register(cli)
 demo.register(cli)
 replay.register(cli)
 e2e.register(cli)
+db.register(cli)
 
 
 def main() -> None:
