@@ -9,9 +9,9 @@ The schema is owned by ``migrations/`` (alembic); change a model only with a new
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, Boolean, Float, Index, Integer, MetaData, String, Text
+from sqlalchemy import JSON, Boolean, Float, Index, Integer, MetaData, String, Table, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Constraint names fixed by convention, so migrations name them the same on every backend.
@@ -161,4 +161,5 @@ class SpeculationConfigRow(Base):
     reason: Mapped[str | None] = mapped_column(Text)
 
 
-TABLES = [m.__table__ for m in Base.__subclasses__()]
+#: Every table of the store, in declaration order.
+TABLES: list[Table] = [cast(Table, m.__table__) for m in Base.__subclasses__()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from app.store.reader import StoreReader
 
@@ -44,3 +45,10 @@ class StoreLengthPrior:
         """Recorded lengths of the prompt (None if unseen or not prefetched)."""
         got = self._cache.get(prompt_key)
         return got if got else None
+
+
+if TYPE_CHECKING:
+    from core.scheduling import LengthPrior
+
+    def _implements(p: StoreLengthPrior) -> LengthPrior:  # mypy checks the protocol here
+        return p

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -249,7 +249,7 @@ class StoreWriter:
             return
         self._done(len(batch) - len(plan.rejected), plan.rejected, None)
 
-    def _done(self, written: int, rejected: list[object], error: BaseException | None) -> None:
+    def _done(self, written: int, rejected: Sequence[object], error: BaseException | None) -> None:
         """``written + len(rejected)`` events at the head of the batch are settled."""
         if rejected:
             log.error(
