@@ -33,7 +33,16 @@ class StoreLengthPrior:
         """Load the recorded lengths of ``prompt_keys`` (blocking); returns how many of them
         have a history. Keys without one are cached as unseen."""
         keys = list(dict.fromkeys(prompt_keys))
-        found = self.reader.recent_lengths_many(keys, self.limit)
+        return self.remember(keys, self.fetch(keys))
+
+    def fetch(self, prompt_keys: Iterable[str]) -> dict[str, list[int]]:
+        """The recorded lengths of ``prompt_keys`` (blocking; the cache is not touched, so a
+        worker thread may run it)."""
+        return self.reader.recent_lengths_many(prompt_keys, self.limit)
+
+    def remember(self, prompt_keys: Iterable[str], found: dict[str, list[int]]) -> int:
+        """Cache what ``fetch`` found for ``prompt_keys``; returns how many have a history."""
+        keys = list(dict.fromkeys(prompt_keys))
         for key in keys:
             self._cache[key] = found.get(key, [])
             self._cache.move_to_end(key)

@@ -33,3 +33,20 @@ def test_redact() -> None:
     assert redact("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
     assert redact("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+
+
+def test_prompt_keys() -> None:
+    from app.store.keys import prompt_hash, prompt_key
+
+    h = prompt_hash([1, 2, 3])
+    assert h == prompt_hash([1, 2, 3]) != prompt_hash([1, 2, 4])
+    assert h.startswith("sha256:") and len(h) == 7 + 32
+    # fixed value: the hash must not change between versions (it keys recorded history)
+    assert (
+        h
+        == "sha256:"
+        + __import__("hashlib")
+        .sha256((1).to_bytes(8, "little") + (2).to_bytes(8, "little") + (3).to_bytes(8, "little"))
+        .hexdigest()[:32]
+    )
+    assert prompt_key("p-7", [1]) == "p-7" and prompt_key(None, [1, 2, 3]) == h
