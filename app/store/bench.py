@@ -164,6 +164,19 @@ def outage(
     )  # fmt: skip
 
 
+def sqlite_lock(url: str) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]]:
+    """(down, up, close) of a SQLite outage: another connection holding an exclusive lock."""
+    lock = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=10, isolation_level=None)
+
+    def down() -> None:
+        lock.execute("BEGIN EXCLUSIVE")
+
+    def up() -> None:
+        lock.execute("ROLLBACK")
+
+    return down, up, lock.close
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -211,21 +224,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         url = f"sqlite:///{d}/bench.db"
         print(throughput("sqlite", url, a.events, a.batch_size).line(), flush=True)
-        path = url.removeprefix("sqlite:///")
-        lock = sqlite3.connect(path, timeout=10, isolation_level=None)
+        down, up, close = sqlite_lock(url)
         print(
             outage(
                 "sqlite",
                 url,
-                lambda: lock.execute("BEGIN EXCLUSIVE") and None,
-                lambda: lock.execute("ROLLBACK") and None,
+                down,
+                up,
                 a.rate,
                 a.outage_s,
                 a.queue_size,
             ).line(),
             flush=True,
         )
-        lock.close()
+        close()
     if a.postgres:
         with postgres() as (url, stop, start):
             print(throughput("postgres", url, a.events, a.batch_size).line(), flush=True)

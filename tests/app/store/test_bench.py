@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
-
-from app.store.bench import outage, throughput, workload
+from app.store.bench import outage, sqlite_lock, throughput, workload
 from core.events import ChunkDone, GroupFinished, RequestFinished
 
 
@@ -17,18 +15,10 @@ def test_workload_mix() -> None:
 def test_throughput_and_outage(sqlite_url: str) -> None:
     t = throughput("sqlite", sqlite_url, 2000, 100)
     assert t.events >= 2000 and "rows/s" in t.line()
-    lock = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=10, isolation_level=None)
+    down, up, close = sqlite_lock(sqlite_url)
     try:
-        o = outage(
-            "sqlite",
-            sqlite_url,
-            lambda: lock.execute("BEGIN EXCLUSIVE") and None,
-            lambda: lock.execute("ROLLBACK") and None,
-            rate=2000,
-            outage_s=0.3,
-            queue_size=100,
-        )
+        o = outage("sqlite", sqlite_url, down, up, rate=2000, outage_s=0.3, queue_size=100)
     finally:
-        lock.close()
+        close()
     assert o.accepted == o.written and o.accepted > 0
     assert o.peak_pending >= 100 and o.dropped > 0
