@@ -41,6 +41,12 @@ class RolloutRequest(BaseModel):
     chat_template: bool = Field(
         True, description="wrap text prompts as one user turn of the model's chat template"
     )
+    iteration: int | None = Field(
+        None,
+        ge=0,
+        le=2**31 - 1,
+        description="the trainer's RL iteration (step) of this batch, recorded with the job",
+    )
     policy: str | None = Field(
         None,
         description="scheduling policy the caller expects; must be the one the service runs "

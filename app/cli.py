@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from app.commands import demo, e2e, exactness, models, replay, serve, simulate
+from app.commands import db, demo, e2e, exactness, models, replay, serve, simulate
 
 cli = typer.Typer(
     name="seer",
@@ -26,6 +26,7 @@ demo.register(cli)
 replay.register(cli)
 e2e.register(cli)
 exactness.register(cli)
+db.register(cli)
 
 
 def main() -> None:

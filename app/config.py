@@ -10,15 +10,19 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.engines.config import EngineConfig
+from app.store.config import StoreConfig
 from core.scheduling.config import DEFAULT_CHUNK_TOKENS, SchedulerConfig
 from core.scheduling.policies import POLICIES, PolicyPlan, get_policy
 
 
 def _servable(name: str) -> bool:
-    """A policy the service can run today: no engine speculation yet, no true lengths, no store
-    for length priors."""
+    """A policy the service can run: anything but the oracles (they need true lengths). Length
+    priors come from the store (``context-prior`` runs without one when the store is off);
+    speculating policies (``seer``) draft on replicas whose engine speculates (vLLM with
+    ``speculation.method: grouped``, the default) and run as their non-speculating twin
+    elsewhere."""
     plan = POLICIES[name](SchedulerConfig())
-    return not (plan.speculate or plan.uses_prior or plan.config.ordering.startswith("oracle"))
+    return not plan.config.ordering.startswith("oracle")
 
 
 #: Policies of ``core.scheduling.policies`` the Serve app runs (derived, never listed by hand).
@@ -107,6 +111,10 @@ class ServiceConfig(BaseModel):
         30.0, ge=0, le=3600, description="on SIGTERM, running jobs get this long to finish"
     )
     limits: ServiceLimits = Field(default_factory=ServiceLimits)
+    store: StoreConfig = Field(
+        default_factory=StoreConfig,
+        description="history store: whether and where events are recorded (app/store)",
+    )
 
     def scheduler_base(self) -> SchedulerConfig:
         # No KV pool between replicas here: moving a long request would recompute its whole

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from app.api import GroupResult, Response, RolloutRequest, RolloutStats
+from app.store.keys import prompt_key
 from core.engine import ChunkRequest, FinishReason, SamplingParams
 from core.engine.types import SEED_SPACE
 from core.scheduling.types import ChunkDecision, GroupSpec
@@ -91,6 +92,7 @@ class JobPlan:
     groups: list[GroupRun]
     runs: dict[str, RequestRun]
     max_tokens: int
+    iteration: int | None = None  # the trainer's RL iteration, when given
     _by_id: dict[str, GroupRun] = field(default_factory=dict, repr=False)
 
     def group(self, group_id: str) -> GroupRun:
@@ -114,7 +116,8 @@ class JobPlan:
 
 def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> JobPlan:
     """Groups and runs of a job whose prompts are already tokenized (``prompts[i]`` is prompt
-    i's ids); group i's ``prompt_key`` is the caller's prompt id when given."""
+    i's ids); group i's ``prompt_key`` (the length prior's key across iterations) is the
+    caller's prompt id when given, else a hash of its token ids."""
     groups: list[GroupRun] = []
     runs: dict[str, RequestRun] = {}
     seed = req.sampling.seed
@@ -123,7 +126,7 @@ def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> Jo
         gid = f"{job_id}-g{i}"
         ids = tuple(f"{gid}-r{j}" for j in range(G))
         pid = req.prompt_ids[i] if req.prompt_ids is not None else None
-        spec = GroupSpec(gid, ids, req.max_tokens, len(prompt), prompt_key=pid)
+        spec = GroupSpec(gid, ids, req.max_tokens, len(prompt), prompt_key=prompt_key(pid, prompt))
         group_runs = []
         for j, rid in enumerate(ids):
             sampling = req.sampling
@@ -135,7 +138,7 @@ def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> Jo
             runs[rid] = run
             group_runs.append(run)
         groups.append(GroupRun(spec, i, pid, list(prompt), group_runs))
-    return JobPlan(job_id, groups, runs, req.max_tokens)
+    return JobPlan(job_id, groups, runs, req.max_tokens, iteration=req.iteration)
 
 
 def assemble_group(

@@ -13,6 +13,8 @@ Invariants:
   oversubscribe a replica under the divided policies.
 - Every call to a replica other than a running chunk (health probe, abort) is bounded by
   ``replica_call_timeout_s``: a dead replica is never waited for longer.
+- Events (``core.events``) go to the optional ``sink``: the scheduler emits chunk, request and
+  group events, the dispatcher job, draft and replica-load events. A sink never blocks.
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ from app.config import ServiceConfig
 from app.rollout import JobPlan, RequestRun, assemble_group
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
+from app.store.keys import prompt_hash
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+from core.events import DraftStats, EventSink, GroupInfo, JobFinished, JobStarted
+from core.events import ReplicaLoadSample as LoadSample
+from core.scheduling.estimate import LengthPrior
 from core.scheduling.policies import PolicyPlan
 from core.scheduling.scheduler import Scheduler
 from core.scheduling.types import ChunkDecision, ReplicaSpec
@@ -106,8 +112,14 @@ class Dispatcher:
         config: ServiceConfig,
         plan: PolicyPlan,
         metrics: ServiceMetrics | None = None,
+        sink: EventSink | None = None,
+        prior: LengthPrior | None = None,
     ) -> None:
+        """``sink``: where events go (None: nowhere); ``prior``: recorded lengths for policies
+        that use one (``context-prior``; None: those run without a prior)."""
         self.links = links
+        self.sink = sink
+        self.prior = prior
         self.config = config
         self.metrics = metrics or ServiceMetrics()
         self.plan = plan
@@ -147,7 +159,8 @@ class Dispatcher:
 
     def _new_scheduler(self, plan: PolicyPlan) -> Scheduler:
         specs = [self._spec(i) for i in range(len(self.replicas))]
-        s = Scheduler(plan.config, specs)
+        prior = self.prior if plan.uses_prior else None
+        s = Scheduler(plan.config, specs, prior=prior, sink=self.sink, clock=time.time)
         for i, rep in enumerate(self.replicas):
             if rep.state is not ReplicaState.HEALTHY:
                 s.set_replica_available(i, False)
@@ -166,6 +179,11 @@ class Dispatcher:
         )
 
     # ------------------------------------------------------------------ policy
+    @property
+    def wants_prior(self) -> bool:
+        """Jobs submitted now run under a policy that reads the length prior."""
+        return self.prior is not None and (self._pending_plan or self.plan).uses_prior
+
     @property
     def policy(self) -> str:
         """The policy new jobs run under (a pending switch counts as running)."""
@@ -305,6 +323,17 @@ class Dispatcher:
         self.metrics.jobs_total.labels(state.value).inc()
         if state is JobState.DONE:
             self.metrics.last_tail.set(tail_time(job.finish_times))
+        if self.sink is not None and job.started_at is not None:
+            self.sink.emit(
+                JobFinished(
+                    job.id,
+                    time.time(),
+                    state.value,
+                    job.requests_done,
+                    job.output_tokens,
+                    job.error,
+                )
+            )
         if not self._open:
             self._idle.set()
         self._wake.set()
@@ -358,6 +387,8 @@ class Dispatcher:
         job.state = JobState.RUNNING
         job.started_at = now
         job.touch()
+        if self.sink is not None:
+            self.sink.emit(_job_started(job, now))
 
     def _start_chunk(self, d: ChunkDecision, now: float) -> None:
         job = self._group_job[d.group_id]
@@ -416,6 +447,18 @@ class Dispatcher:
             run.accepted += res.accepted_tokens
             self.metrics.draft_tokens.labels(rep_id).inc(res.drafted_tokens)
             self.metrics.accepted_tokens.labels(rep_id).inc(res.accepted_tokens)
+            if self.sink is not None:
+                self.sink.emit(
+                    DraftStats(
+                        d.request_id,
+                        d.group_id,
+                        rep_id,
+                        now,
+                        res.drafted_tokens,
+                        res.accepted_tokens,
+                        res.engine_steps,
+                    )
+                )
         if res.finish_reason is FinishReason.ABORT:  # the engine gave up on it, unasked
             run.failures += 1
             if run.failures > self.config.max_chunk_retries:
@@ -519,6 +562,18 @@ class Dispatcher:
                 rep.error = f"health probe failed: {exc!r}"
             return
         rep.load = load
+        if self.sink is not None:
+            self.sink.emit(
+                LoadSample(
+                    rep.replica_id,
+                    time.time(),
+                    load.running,
+                    load.waiting,
+                    load.chunks_in_flight,
+                    load.kv_usage,
+                    self.scheduler.loads()[i].reserved_kv_tokens,
+                )
+            )
         if rep.state is not ReplicaState.HEALTHY:
             self._set_state(i, ReplicaState.HEALTHY)
 
@@ -584,3 +639,28 @@ class Dispatcher:
                 m.replica_waiting.labels(rep.replica_id).set(rep.load.waiting)
                 m.replica_kv.labels(rep.replica_id).set(rep.load.kv_usage)
         return m.render()
+
+
+def _job_started(job: Job, now: float) -> JobStarted:
+    plan = job.plan
+    groups = tuple(
+        GroupInfo(
+            group_id=g.spec.group_id,
+            prompt_key=g.spec.prompt_key or g.spec.group_id,
+            prompt_hash=prompt_hash(g.prompt),
+            prompt_id=g.prompt_id,
+            group_size=len(g.runs),
+            max_tokens=g.spec.max_tokens,
+            prompt_tokens=g.spec.prompt_tokens,
+        )
+        for g in plan.groups
+    )
+    return JobStarted(
+        job_id=job.id,
+        at=now,
+        created_at=job.created_at,
+        policy=job.policy,
+        iteration=plan.iteration,
+        max_tokens=plan.max_tokens,
+        groups=groups,
+    )

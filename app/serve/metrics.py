@@ -7,8 +7,12 @@ Counters and histograms are updated as events happen; gauges that describe curre
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from app.store.writer import WriterStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -69,7 +73,22 @@ class ServiceMetrics:
             "time spent on the last 10% of requests of the last finished job",
             registry=r,
         )
+        self.store_events = Gauge(
+            "seer_store_events",
+            "history store writer: events accepted, written, rejected (bad data), dropped "
+            "(backlog full) and pending, since start",
+            ["kind"],
+            registry=r,
+        )
+        self.store_failed_writes = Gauge(
+            "seer_store_failed_writes", "history store write attempts that failed", registry=r
+        )
         self._window: deque[tuple[float, int]] = deque()
+
+    def set_store(self, stats: WriterStats) -> None:
+        for kind in ("accepted", "written", "rejected", "dropped", "pending"):
+            self.store_events.labels(kind).set(getattr(stats, kind))
+        self.store_failed_writes.set(stats.failed_writes)
 
     def add_tokens(self, now: float, n: int) -> None:
         self.tokens.inc(n)

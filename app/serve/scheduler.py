@@ -2,7 +2,9 @@
 
 A thin Serve wrapper around ``app.serve.dispatcher.Dispatcher``: engine replicas are reached
 through their deployment handles (one deployment per replica, so the scheduler's choice of
-replica always wins); the policy is the deployment's ``user_config`` (``reconfigure``).
+replica always wins); the policy is the deployment's ``user_config`` (``reconfigure``). When
+``store.enabled``, the history store (``app.store.service``) is the dispatcher's event sink and
+length prior; its writer runs in its own thread (connects and migrates there, never here).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from app.config import SchedulerUserConfig, ServiceConfig
 from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
+from app.store.writer import WriterStats
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 
@@ -59,6 +62,7 @@ class ServiceHealth(BaseModel):
     accepting: bool
     open_jobs: int
     replicas: list[ReplicaHealth]
+    store: WriterStats | None = None  # the history store's writer (None: recording is off)
 
 
 class JobOutcome(BaseModel):
@@ -80,10 +84,19 @@ class SeerScheduler:
     async def __init__(  # type: ignore[misc]
         self, config: ServiceConfig, engines: list[Any], replica_ids: list[str]
     ) -> None:
+        from app.store.service import ServiceStore
+
         self.config = config
         links = ServeLinks(engines, replica_ids)
+        self.store = await ServiceStore.open(config.store)
         # The policy arrives through reconfigure (user_config) before any request is served.
-        self.dispatcher = Dispatcher(links, config, config.resolve_policy("verl"))
+        self.dispatcher = Dispatcher(
+            links,
+            config,
+            config.resolve_policy("verl"),
+            sink=self.store.writer if self.store else None,
+            prior=self.store.prior if self.store else None,
+        )
         self.dispatcher.start()
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -94,6 +107,9 @@ class SeerScheduler:
         return self.dispatcher.policy
 
     async def submit(self, plan: JobPlan) -> JobStatus:
+        if self.store is not None and self.dispatcher.wants_prior:
+            keys = [g.spec.prompt_key or g.spec.group_id for g in plan.groups]
+            await self.store.prefetch(keys)
         job = self.dispatcher.submit(plan)
         return self.dispatcher.status(job.id)
 
@@ -125,9 +141,12 @@ class SeerScheduler:
             accepting=d.accepting,
             open_jobs=d.open_jobs,
             replicas=reps,
+            store=self.store.stats() if self.store else None,
         )
 
     async def metrics(self) -> bytes:
+        if self.store is not None:
+            self.dispatcher.metrics.set_store(self.store.stats())
         return self.dispatcher.render_metrics()
 
     async def drain(self, grace_s: float | None = None) -> int:
@@ -138,3 +157,5 @@ class SeerScheduler:
 
     async def __del__(self) -> None:
         await self.dispatcher.close()
+        if self.store is not None:
+            await self.store.close(self.config.shutdown_grace_s)

@@ -27,15 +27,18 @@ Driving it (the caller owns time and engines):
 from __future__ import annotations
 
 import heapq
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from core.engine.types import FinishReason
+from core.events import EventSink, NullSink
 from core.scheduling.config import SchedulerConfig
 from core.scheduling.estimate import GroupStats, LengthPrior, PopulationStats
 from core.scheduling.ordering import ORACLE_ORDERINGS, STATIC_ORDERINGS, fifo_key, get_ordering
 from core.scheduling.routing import ReplicaTable, get_routing
+from core.scheduling.trace import EventTrace
 from core.scheduling.types import (
     ChunkDecision,
     GroupSpec,
@@ -63,9 +66,13 @@ class Scheduler:
         replicas: Sequence[ReplicaSpec],
         prior: LengthPrior | None = None,
         compact_after: int = 4096,
+        sink: EventSink | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``compact_after`` (>= 1): compact the per-request arrays once at least this many
-        slots (and at least as many as are live) belong to released groups."""
+        slots (and at least as many as are live) belong to released groups. ``sink`` receives
+        ``core.events`` records (chunk done, request finished, group estimate, group finished)
+        stamped with ``clock()``; None or a ``NullSink``: no event is built."""
         if not replicas:
             raise ValueError("need at least one replica")
         ids = [r.replica_id for r in replicas]
@@ -127,6 +134,9 @@ class Scheduler:
         self._verl_next = 0
         self._group_keys_depend = config.ordering not in STATIC_ORDERINGS
         self._explore_on = config.explore_interval > 0
+        self._trace = (
+            None if sink is None or isinstance(sink, NullSink) else EventTrace(sink, clock)
+        )
 
     # ------------------------------------------------------------------ inputs
     def submit(
@@ -173,6 +183,9 @@ class Scheduler:
             self._group_cancelled.append(False)
             self._group_released.append(False)
             self._n_open += len(spec.request_ids)
+            if self._trace is not None:
+                key = spec.prompt_key or spec.group_id
+                self._trace.submitted(spec.group_id, key, spec.request_ids)
             new_groups.append(gi)
             for k, rid in enumerate(spec.request_ids):
                 r = len(self.request_ids)
@@ -242,13 +255,19 @@ class Scheduler:
         self._kv_replica[r] = rep
         self.generated[r] = gen
         gi = self.group_of[r]
+        trace = self._trace
+        if trace is not None:
+            trace.chunk_done(request_id, new_tokens, gen, finish_reason.value, self.is_probe[r])
         if self._group_cancelled[gi]:
             self._terminate(r, _CANCELLED)
+            if trace is not None and self._group_open[gi] == 0:
+                trace.group_ended(self.group_ids[gi])
             return False
         g = self.groups[gi]
         before = (g.log_mean(), g.paper_estimate())
         if finished:
-            self._terminate(r, _FINISHED)
+            stop = finish_reason is FinishReason.STOP and gen < self._max_tokens[r]
+            self._terminate(r, _FINISHED, "stop" if stop else "length")
             self.population.observe_finished(g, gen)
             g.set_running_max(
                 max(
@@ -259,6 +278,10 @@ class Scheduler:
             self.is_probe[r] = False
             self._n_finished += 1
             self._since_rekey += 1
+            if trace is not None:
+                trace.estimate(self.group_ids[gi], g)
+                if self._group_open[gi] == 0:
+                    trace.group_ended(self.group_ids[gi])
         else:
             g.observe_progress(gen)
             self._enqueue(r)
@@ -295,12 +318,15 @@ class Scheduler:
             if self._group_cancelled[gi]:
                 continue
             self._group_cancelled[gi] = True
+            was_open = self._group_open[gi] > 0
             for r in self.groups[gi].members:
                 if self.phase[r] is _QUEUED:
                     self._n_queued -= 1
                     self._terminate(r, _CANCELLED)
                 elif self.phase[r] is _RUNNING:
                     running.append(self.request_ids[r])
+            if self._trace is not None and was_open and self._group_open[gi] == 0:
+                self._trace.group_ended(self.group_ids[gi])
         return running
 
     def group_done(self, group_id: str) -> bool:
@@ -417,6 +443,8 @@ class Scheduler:
         gen = self.generated[r]
         migrate = self._prompt[r] + gen if (kv >= 0 and kv != rep) else 0
         probe = self.is_probe[r]
+        if self._trace is not None:
+            self._trace.dispatched(self.request_ids[r], self.replicas[rep].replica_id)
         return ChunkDecision(
             request_id=self.request_ids[r],
             group_id=self.group_ids[self.group_of[r]],
@@ -484,11 +512,15 @@ class Scheduler:
         self._n_queued -= 1
         return r
 
-    def _terminate(self, r: int, phase: RequestPhase) -> None:
+    def _terminate(self, r: int, phase: RequestPhase, reason: str = "cancelled") -> None:
         self.phase[r] = phase
         self._version[r] += 1
         self._n_open -= 1
         self._group_open[self.group_of[r]] -= 1
+        if self._trace is not None:
+            self._trace.request_ended(
+                self.request_ids[r], self.generated[r], reason, self.is_probe[r]
+            )
 
     def _compact(self) -> None:
         """Drop released groups from every array, keeping the order of the rest (submission

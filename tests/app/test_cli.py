@@ -89,6 +89,8 @@ def test_seer_serve_starts_answers_and_drains_on_sigterm(tmp_path: Path) -> None
     args = doc["applications"][0]["args"]
     args["shutdown_grace_s"] = 1
     args["engine"]["fake_step_s"] = 0.05
+    db = tmp_path / "seer.db"  # the history store, recorded by the scheduler deployment
+    args["store"] = {"enabled": True, "database_url": f"sqlite:///{db}"}
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump(doc))
     exe = shutil.which("seer") or str(Path(sys.executable).parent / "seer")
@@ -115,6 +117,8 @@ def test_seer_serve_starts_answers_and_drains_on_sigterm(tmp_path: Path) -> None
             cli, ["demo", "--url", url, "--json", "--policy", "divided", "--max-tokens", "4"]
         )
         assert result.exit_code == 0, result.output
+        store = httpx.get(f"{url}/healthz", timeout=5).json()["store"]
+        assert store["accepted"] > 0 and store["dropped"] == 0, store
         job = httpx.post(
             f"{url}/v1/rollouts",
             json={
@@ -133,3 +137,11 @@ def test_seer_serve_starts_answers_and_drains_on_sigterm(tmp_path: Path) -> None
     assert "draining jobs (grace 1 s)" in text and "drained (1 job(s) cancelled)" in text, text[
         -3000:
     ]
+    from app.store.reader import StoreReader
+
+    reader = StoreReader(f"sqlite:///{db}")
+    try:
+        counts = reader.counts()
+        assert counts["jobs"] >= 1 and counts["requests"] >= 1, counts
+    finally:
+        reader.close()

@@ -1,0 +1,166 @@
+"""Databases for the store tests: SQLite files in a temp dir, and throwaway PostgreSQL servers
+started here on a free loopback port (DESIGN.md: initdb as the ``postgres`` user when root,
+``--auth=trust``, socket dir in a temp dir owned by that user) and stopped after."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PG_BINARIES = ("initdb", "pg_ctl")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pg_missing() -> str | None:
+    """Why no throwaway Postgres can be started here (None: it can)."""
+    missing = [b for b in PG_BINARIES if shutil.which(b) is None]
+    if missing:
+        return f"PostgreSQL server binaries not on PATH: {missing} (Debian package postgresql)"
+    if os.geteuid() == 0:
+        try:
+            import pwd
+
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root and there is no 'postgres' user to run initdb as"
+    return None
+
+
+class PgServer:
+    """A PostgreSQL cluster in a temp dir, listening on 127.0.0.1:``port`` only."""
+
+    def __init__(self) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="seer-pg-"))
+        self.data = self.base / "data"
+        self.sock = self.base / "sock"
+        self.sock.mkdir()
+        self.log = self.base / "server.log"
+        self.port = _free_port()
+        self._as: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses root
+            shutil.chown(self.base, "postgres")
+            shutil.chown(self.sock, "postgres")
+            self._as = ["runuser", "-u", "postgres", "--"]
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "--auth=trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
+        self.running = False
+
+    def _run(self, *cmd: str) -> None:
+        out = subprocess.run([*self._as, *cmd], capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            log = self.log.read_text() if self.log.exists() else ""
+            raise RuntimeError(f"{cmd[0]} failed ({out.returncode}): {out.stderr}\n{log[-2000:]}")
+
+    def start(self) -> None:
+        opts = (
+            f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            opts,
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
+        self.running = True
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        self.running = False
+
+    def url(self, db: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
+
+    def create_db(self) -> str:
+        """A new empty database; returns its URL."""
+        import psycopg
+
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def destroy(self) -> None:
+        if self.running:
+            with contextlib.suppress(RuntimeError):
+                self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One throwaway server for the session (each test gets its own database)."""
+    why = pg_missing()
+    if why:
+        pytest.skip(why)
+    server = PgServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    return pg_server.create_db()
+
+
+@pytest.fixture
+def own_pg() -> Iterator[PgServer]:
+    """A server of the test's own (initialized, not started): the test may stop it."""
+    why = pg_missing()
+    if why:
+        pytest.skip(why)
+    server = PgServer()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test using it runs on a SQLite file and on a Postgres database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    server: PgServer = request.getfixturevalue("pg_server")
+    return server.create_db()
