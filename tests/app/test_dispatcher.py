@@ -393,3 +393,35 @@ def test_progress_and_metrics() -> None:
             assert name in text, name
 
     asyncio.run(_with(links, _config(), "divided", body))
+
+
+@pytest.mark.parametrize("policy", ["context", "seer"])
+def test_chunks_carry_the_policys_speculation_and_probes(policy: str) -> None:
+    """Engines draft only for a speculating policy's chunks; probes are marked for the drafter;
+    draft counts of chunks reach the responses and the stats."""
+    links = FakeLinks()
+    seen: list[ChunkRequest] = []
+    inner = links.run_chunk
+
+    async def run_chunk(replica: int, chunk: ChunkRequest) -> ChunkResult:
+        seen.append(chunk)
+        res = await inner(replica, chunk)
+        n = len(res.token_ids)  # pretend the engine drafted n and kept half
+        return res.model_copy(update={"drafted_tokens": n, "accepted_tokens": n // 2})
+
+    links.run_chunk = run_chunk  # type: ignore[method-assign]
+
+    async def body(d: Dispatcher) -> None:
+        plan = _plan("spec")
+        d.submit(plan)
+        job = await d.wait("spec")
+        assert job.state is JobState.DONE
+        drafted = sum(r.drafted_tokens for g in job.results for r in g.responses)
+        assert drafted == sum(len(r.token_ids) for g in job.results for r in g.responses)
+
+    asyncio.run(_with(links, _config(), policy, body))
+    speculate = ServiceConfig().resolve_policy(policy).speculate
+    assert speculate is (policy == "seer")
+    assert all(c.speculate is speculate for c in seen)
+    probes = {c.group_id: c.request_id for c in seen if c.is_probe}
+    assert len(probes) == 3 and len(set(probes.values())) == 3  # one probe request per group

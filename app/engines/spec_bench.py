@@ -1,0 +1,162 @@
+"""Speculation benchmark on one real vLLM engine: none vs ngram vs grouped, side by side.
+
+``python -m app.engines.spec_bench [--model M] [--methods none,ngram,grouped] [--prompts N]
+[--group-size G] [--max-tokens T] [--temperature X] [--json]``
+
+Each method gets a fresh engine (one after the other, same machine, same run) and the same work:
+the first N math prompts of the recorded rollouts (``../shared/data/rollouts``) as groups of G
+responses at temperature X, chunked like the service chunks them, every chunk asking to draft
+(what the ``seer`` policy does). Printed per method: output tokens/s, acceptance length (output
+tokens per request-step: 1.0 = no speculation), draft tokens accepted / drafted, and for grouped
+the drafting time as a share of step time and the step cost it learned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from app.engines.config import EngineConfig, SpeculationConfig
+from app.engines.vllm_engine import VllmEngine
+from core.engine import ChunkRequest, SamplingParams
+
+ROLLOUTS = (
+    Path(__file__).resolve().parents[2].parent / "shared/data/rollouts/smollm2-public.jsonl.gz"
+)
+
+
+def math_prompts(path: Path = ROLLOUTS) -> list[list[int]]:
+    """Prompt token ids of the recorded math groups (their prompts ask for 'Answer:')."""
+    with gzip.open(path, "rt") as f:
+        groups = [json.loads(line) for line in f]
+    return [g["prompt_token_ids"] for g in groups if "Answer:" in g["prompt"]]
+
+
+@dataclass(frozen=True, slots=True)
+class MethodResult:
+    method: str
+    seconds: float
+    output_tokens: int
+    tokens_per_s: float
+    acceptance_length: float
+    drafted: int
+    accepted: int
+    draft_time_share: float | None
+    step_cost: list[float] | None  # (base, per request, per draft token) seconds, grouped only
+
+
+async def _response(
+    engine: VllmEngine, gid: str, k: int, prompt: list[int], p: argparse.Namespace
+) -> tuple[int, int, int]:
+    gen: list[int] = []
+    drafted = accepted = 0
+    while True:
+        res = await engine.run_chunk(
+            ChunkRequest(
+                request_id=f"{gid}-{k}",
+                group_id=gid,
+                response_index=k,
+                prompt_token_ids=prompt,
+                generated_token_ids=gen,
+                max_new_tokens=p.chunk_tokens,
+                max_tokens=p.max_tokens,
+                sampling=SamplingParams(temperature=p.temperature, seed=1000 * k + len(gid)),
+                is_probe=k == 0,
+                speculate=True,
+            )
+        )
+        gen = gen + res.token_ids
+        drafted += res.drafted_tokens
+        accepted += res.accepted_tokens
+        if res.finished or not res.token_ids:
+            return len(gen), drafted, accepted
+
+
+async def run_method(method: str, p: argparse.Namespace) -> MethodResult:
+    engine = VllmEngine(
+        EngineConfig(
+            model=p.model,
+            max_num_seqs=max(64, p.prompts * p.group_size),
+            speculation=SpeculationConfig(method=method),
+        ),
+        f"bench-{method}",
+    )
+    await engine.start()
+    try:
+        prompts = math_prompts()[: p.prompts]
+        before = engine.load()
+        t0 = time.perf_counter()
+        out = await asyncio.gather(
+            *(
+                _response(engine, f"g{i}", k, prompt, p)
+                for i, prompt in enumerate(prompts)
+                for k in range(p.group_size)
+            )
+        )
+        seconds = time.perf_counter() - t0
+        after = engine.load()
+        stats = await engine.speculation_stats()
+    finally:
+        await engine.shutdown()
+    tokens = sum(n for n, _, _ in out)
+    accepted = after.accepted_draft_tokens - before.accepted_draft_tokens
+    drafted = after.draft_tokens - before.draft_tokens
+    share = None
+    if stats and stats.get("step_seconds"):
+        share = stats["draft_seconds"] / stats["step_seconds"]
+    return MethodResult(
+        method=method,
+        seconds=seconds,
+        output_tokens=tokens,
+        tokens_per_s=tokens / seconds,
+        acceptance_length=tokens / max(tokens - accepted, 1),
+        drafted=drafted,
+        accepted=accepted,
+        draft_time_share=share,
+        step_cost=list(stats["step_cost"]) if stats else None,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--methods", default="none,ngram,grouped")
+    ap.add_argument("--prompts", type=int, default=1)
+    ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--chunk-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--json", action="store_true")
+    p = ap.parse_args(argv)
+    results = []
+    for method in [m.strip() for m in p.methods.split(",") if m.strip()]:
+        print(f"{method}: running ...", file=sys.stderr, flush=True)
+        results.append(asyncio.run(run_method(method, p)))
+    if p.json:
+        print(json.dumps([asdict(r) for r in results], indent=2))
+        return
+    base = next((r.tokens_per_s for r in results if r.method == "none"), None)
+    head = ("method", "tok/s", "vs none", "acc.len", "accepted/drafted", "draft%")
+    print(f"{head[0]:8} {head[1]:>7} {head[2]:>7} {head[3]:>7} {head[4]:>17} {head[5]:>6}")
+    for r in results:
+        rel = f"{r.tokens_per_s / base:.2f}x" if base else "-"
+        share = f"{100 * r.draft_time_share:.2f}" if r.draft_time_share is not None else "-"
+        print(
+            f"{r.method:8} {r.tokens_per_s:7.1f} {rel:>7} {r.acceptance_length:7.3f} "
+            f"{f'{r.accepted}/{r.drafted}':>17} {share:>6}"
+        )
+        if r.step_cost:
+            b, q, d = r.step_cost
+            print(
+                f"{'':8} learned step cost: {b:.4f} s + {q:.4f} s/request + {d:.4f} s/draft token"
+            )
+
+
+if __name__ == "__main__":
+    main()
