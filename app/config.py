@@ -7,10 +7,14 @@ restarts).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import dataclasses
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from app.engines.config import EngineConfig
 from app.store.config import StoreConfig
+from core.drafting.step_drafter import DraftSettings
 from core.scheduling.config import DEFAULT_CHUNK_TOKENS, SchedulerConfig
 from core.scheduling.policies import POLICIES, PolicyPlan, get_policy
 
@@ -111,6 +115,11 @@ class ServiceConfig(BaseModel):
         30.0, ge=0, le=3600, description="on SIGTERM, running jobs get this long to finish"
     )
     limits: ServiceLimits = Field(default_factory=ServiceLimits)
+    operator_token: SecretStr | None = Field(
+        None,
+        description="bearer token of operator endpoints (PUT /v1/speculation); None = the "
+        "SEER_OPERATOR_TOKEN environment variable; neither = operator changes refused (403)",
+    )
     store: StoreConfig = Field(
         default_factory=StoreConfig,
         description="history store: whether and where events are recorded (app/store)",
@@ -131,11 +140,23 @@ class AppConfig(ServiceConfig):
         "verl",
         description="scheduling policy of the service (SERVICE_POLICIES); live-changeable",
     )
+    speculation: DraftSettings | None = Field(
+        None,
+        description="grouped-drafting settings applied live to every replica (enabled, "
+        "max_draft, min_token_prob, adaptive, probe_priority); None = engine.speculation.settings",
+    )
 
     _known_policy = field_validator("policy")(check_policy)
 
     def service(self) -> ServiceConfig:
-        return ServiceConfig.model_validate(self.model_dump(exclude={"policy"}))
+        return ServiceConfig.model_validate(self.model_dump(exclude={"policy", "speculation"}))
+
+    def user_config(self) -> dict[str, Any]:
+        """The scheduler deployment's ``user_config`` (``SchedulerUserConfig``)."""
+        out: dict[str, Any] = {"policy": self.policy}
+        if self.speculation is not None:
+            out["speculation"] = dataclasses.asdict(self.speculation)
+        return out
 
 
 class SchedulerUserConfig(BaseModel):
@@ -145,5 +166,8 @@ class SchedulerUserConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: str = Field("verl", description="scheduling policy (SERVICE_POLICIES)")
+    speculation: DraftSettings | None = Field(
+        None, description="drafting settings for every replica, live; None = leave as they are"
+    )
 
     _known_policy = field_validator("policy")(check_policy)

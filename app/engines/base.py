@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from app.engines.config import EngineConfig
+from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 
@@ -61,6 +62,13 @@ class ChunkEngine(Protocol):
 
     def decode(self, token_ids: list[int]) -> str:
         """Detokenize (special tokens skipped)."""
+
+    async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
+        """Apply grouped-drafting settings live (ValueError when the engine cannot draft with
+        them); returns what now runs."""
+
+    async def release_groups(self, group_ids: list[str]) -> int:
+        """Forget finished groups' drafting state; returns how many were held."""
 
     async def shutdown(self) -> None:
         """Free the engine."""

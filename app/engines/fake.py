@@ -14,6 +14,7 @@ import math
 import time
 
 from app.engines.config import EngineConfig
+from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
 
 EOS = 2
@@ -43,6 +44,7 @@ class FakeEngine:
         self._started = False
         self._aborted: set[str] = set()
         self._running: set[str] = set()
+        self.speculation: DraftSettings = config.speculation.settings
 
     async def start(self) -> None:
         self._started = True
@@ -126,6 +128,14 @@ class FakeEngine:
             return False
         self._aborted.add(request_id)
         return True
+
+    async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
+        """Held and reported; the fake engine never drafts."""
+        self.speculation = settings
+        return settings
+
+    async def release_groups(self, group_ids: list[str]) -> int:
+        return 0
 
     async def shutdown(self) -> None:
         self._started = False

@@ -9,6 +9,13 @@ Chunk k of a request gets exactly the tokens and stop point of the same response
 once (``app.engines.sim_workload``). Costs as in the simulator: a first chunk pays its prompt's
 prefill (blocking the batch); a continuation whose context this engine does not hold waits for
 its KV pull from the global pool (``cost.migrate_time``, not blocking the batch).
+
+Speculation (a chunk that asks for it, ``ChunkRequest.speculate``) follows the simulator: the
+chunk decodes at the acceptance model's per-token rate for the number of its group's siblings
+that already got past its position, with draft lengths from the adaptive policy. Without a
+draft server an engine knows only the siblings it ran itself (the responses of this replica's
+chunks), so a group spread over many replicas drafts from fewer references than
+``seer simulate`` assumes (one group index over the cluster).
 """
 
 from __future__ import annotations
@@ -29,12 +36,17 @@ from app.engines.sim_workload import (
     encode_text,
     sim_workload,
 )
+from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+from core.sim.acceptance import AcceptanceModel, paper_model
 from core.sim.instance import Arrival, Instance
+from core.sim.simulator import adaptive_draft_chooser
 
 CHAT = ("<|user|>\n", "\n<|assistant|>\n")
 _HELD_MAX = 65_536  # requests whose context this engine remembers holding (LRU)
 _MAX_EVENTS = 1_000_000  # events handled in one catch-up: fail loudly rather than hang
+_GROUPS_MAX = 65_536  # groups whose responses' progress this engine remembers (LRU)
+_DONE = 1 << 62  # progress of a finished response: past every position
 
 
 class _Phase(Enum):
@@ -87,6 +99,10 @@ class SimEngine:
         self._seq = 0
         self._queries = 0
         self._hits = 0
+        self._acceptance: AcceptanceModel = paper_model()
+        self.speculation: DraftSettings = config.speculation.settings
+        # group id -> response index -> tokens it is known to have generated on this engine
+        self._progress: OrderedDict[str, dict[int, int]] = OrderedDict()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -101,7 +117,13 @@ class SimEngine:
             )
         self._work = work
         cost = dataclasses.replace(work.cost, max_running=self.config.max_num_seqs)
-        self._inst = Instance(cost=cost, managed=False)
+        acc = self._acceptance
+        self._inst = Instance(
+            cost=cost,
+            managed=False,
+            choose_drafts=adaptive_draft_chooser(cost, acc.paths),
+            draft_paths=acc.paths,
+        )
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time()
 
@@ -157,12 +179,15 @@ class SimEngine:
         self._seq += 1
         k = self._seq
         stall = work.cost.prefill_time(prompt) if done == 0 else 0.0
+        alpha = 0.0
+        if request.speculate and self.speculation.enabled:
+            alpha = self._acceptance.alpha(self._references(request, done))
         chunk = _Chunk(
             request=request,
             track=track,
             tokens=n,
             stops=stops,
-            arrival=Arrival(k, n, context, stall),
+            arrival=Arrival(k, n, context, stall, alpha, request.is_probe),
             future=self._loop.create_future(),
             wall0=time.perf_counter(),
         )
@@ -183,8 +208,31 @@ class SimEngine:
                 self._take_out(k)
         return self._result(chunk)
 
+    def _references(self, request: ChunkRequest, position: int) -> int:
+        """Siblings this engine has seen generate past ``position`` (or finish)."""
+        group = self._progress.get(request.group_id)
+        if group is None:
+            return 0
+        me = request.response_index
+        return sum(1 for i, n in group.items() if i != me and n >= position)
+
+    def _record(self, request: ChunkRequest, generated: int) -> None:
+        group = self._progress.setdefault(request.group_id, {})
+        self._progress.move_to_end(request.group_id)
+        group[request.response_index] = max(group.get(request.response_index, 0), generated)
+        while len(self._progress) > _GROUPS_MAX:
+            self._progress.popitem(last=False)
+
     async def check_health(self) -> None:
         return None
+
+    async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
+        """``enabled`` switches the acceptance model on and off; lengths stay adaptive."""
+        self.speculation = settings
+        return settings
+
+    async def release_groups(self, group_ids: list[str]) -> int:
+        return sum(self._progress.pop(g, None) is not None for g in group_ids)
 
     async def abort(self, request_id: str) -> bool:
         k = self._by_request.get(request_id)
@@ -294,6 +342,9 @@ class SimEngine:
             chunk.finish = FinishReason.STOP
         else:
             chunk.finish = req.budget_end(chunk.produced, self.max_model_len)
+        done = len(req.generated_token_ids) + chunk.produced
+        finished = chunk.finish in (FinishReason.STOP, FinishReason.LENGTH)
+        self._record(req, _DONE if finished else done)
         if chunk.finish in (FinishReason.CHUNK, FinishReason.ABORT):
             context = len(req.prompt_token_ids) + len(req.generated_token_ids) + chunk.produced
             self._held[req.request_id] = context

@@ -49,7 +49,7 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
         for i, rid in enumerate(ids)
     ]
     scheduler = _versioned(
-        cast(Any, SeerScheduler).options(user_config={"policy": config.policy}), service, ids
+        cast(Any, SeerScheduler).options(user_config=config.user_config()), service, ids
     )
     ingress = _versioned(cast(Any, Ingress).options(), service)
     return cast(Application, ingress.bind(service, scheduler.bind(service, engines, ids)))

@@ -36,7 +36,9 @@ from app.config import ServiceConfig
 from app.rollout import JobPlan, RequestRun, assemble_group
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
+from app.serve.speculation import SpeculationControl, SpeculationState
 from app.store.keys import prompt_hash
+from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
 from core.events import DraftStats, EventSink, GroupInfo, JobFinished, JobStarted
 from core.events import ReplicaLoadSample as LoadSample
@@ -64,6 +66,12 @@ class EngineLinks(Protocol):
     async def abort(self, replica: int, request_id: str) -> bool: ...
 
     async def load(self, replica: int) -> EngineLoad: ...
+
+    async def configure_speculation(
+        self, replica: int, settings: DraftSettings
+    ) -> DraftSettings: ...
+
+    async def release_groups(self, replica: int, group_ids: list[str]) -> int: ...
 
 
 class ReplicaState(StrEnum):
@@ -140,6 +148,9 @@ class Dispatcher:
         self.accepting = True
         self._loop_task: asyncio.Task[None] | None = None
         self._health_task: asyncio.Task[None] | None = None
+        self.speculation = SpeculationControl(
+            links, config.engine.speculation.settings, config.replica_call_timeout_s, sink
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -341,6 +352,16 @@ class Dispatcher:
     def _release(self, group_id: str) -> None:
         self.scheduler.release(group_id)
         del self._group_job[group_id]
+        self.speculation.group_done(group_id)
+
+    def _live(self) -> list[int]:
+        return [i for i, r in enumerate(self.replicas) if r.state is ReplicaState.HEALTHY]
+
+    async def configure_speculation(
+        self, settings: DraftSettings, who: str, reason: str | None = None
+    ) -> SpeculationState:
+        """New drafting settings for every replica, live (see ``app.serve.speculation``)."""
+        return await self.speculation.set(settings, who, reason, self._live())
 
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
@@ -370,6 +391,8 @@ class Dispatcher:
                 self._admit(self._inbox.popleft(), now)
         for d in self.scheduler.schedule():
             self._start_chunk(d, now)
+        if self.speculation.wants_flush:
+            self._spawn(self.speculation.flush(self._live()))
         if self._in_flight:
             self._quiet.clear()
         else:
@@ -546,6 +569,10 @@ class Dispatcher:
         rep.error = error
         healthy = state is ReplicaState.HEALTHY
         self.scheduler.set_replica_available(i, healthy, self._spec(i) if healthy else None)
+        if healthy:
+            self._spawn(self.speculation.reapply(i))
+        else:
+            self.speculation.replica_lost(i)
         self._wake.set()
 
     async def probe(self, i: int) -> None:

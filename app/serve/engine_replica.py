@@ -8,6 +8,7 @@ from ray import serve
 
 from app.engines.config import EngineConfig
 from app.engines.registry import make_engine
+from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 
@@ -27,6 +28,12 @@ class EngineReplica:
 
     async def abort(self, request_id: str) -> bool:
         return await self.engine.abort(request_id)
+
+    async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
+        return await self.engine.configure_speculation(settings)
+
+    async def release_groups(self, group_ids: list[str]) -> int:
+        return await self.engine.release_groups(group_ids)
 
     async def check_health(self) -> None:
         """Serve's periodic health check: a dead engine fails it, and Serve restarts us."""

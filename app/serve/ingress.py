@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -37,7 +37,10 @@ from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
 from app.serve.jobs import JobError
 from app.serve.metrics import CONTENT_TYPE
+from app.serve.operator import SpeculationUpdate, authorize, configured_token, merged_settings
 from app.serve.scheduler import JobOutcome, ServiceHealth
+from app.serve.speculation import SpeculationState
+from core.drafting.step_drafter import DraftSettings
 
 api = FastAPI(
     title="Seer rollout service",
@@ -99,6 +102,8 @@ class Ingress:
     async def __init__(self, config: ServiceConfig, scheduler: Any) -> None:  # type: ignore[misc]
         self.config = config
         self.scheduler = scheduler
+        token = config.operator_token
+        self._operator_token = configured_token(token.get_secret_value() if token else None)
         # The model's tokenizer, loaded here (not through an engine replica); blocking, so in a
         # thread under the engine's start deadline.
         self.codec: TextCodec = await asyncio.wait_for(
@@ -124,6 +129,32 @@ class Ingress:
             raise HTTPException(503, f"scheduler unreachable: {exc!r}") from exc
         code = 503 if health.status == "unavailable" else 200
         return JSONResponse(status_code=code, content=health.model_dump(mode="json"))
+
+    # ------------------------------------------------------------------ operator tuning
+    @api.get("/v1/speculation", response_model=SpeculationState)
+    async def get_speculation(self) -> SpeculationState:
+        """Current drafting settings, their version and audit fields, and the version each
+        replica runs (-1: it has not confirmed the current one)."""
+        state: SpeculationState = await self._call("speculation")
+        return state
+
+    @api.put("/v1/speculation", response_model=SpeculationState)
+    async def put_speculation(
+        self,
+        update: SpeculationUpdate,
+        authorization: str | None = Header(None),
+        x_operator: str | None = Header(None, max_length=100),
+    ) -> SpeculationState:
+        """Change drafting settings on every replica, live (fields not given keep their
+        value). ``Authorization: Bearer <token>``: missing -> 401, wrong -> 403. ``X-Operator``
+        names who changed them in the audit log."""
+        authorize(self._operator_token, authorization)
+        current: SpeculationState = await self._call("speculation")
+        settings = merged_settings(DraftSettings(**current.settings), update)
+        state: SpeculationState = await self._call(
+            "configure_speculation", settings, x_operator or "operator", update.reason
+        )
+        return state
 
     @api.get("/metrics")
     async def metrics(self) -> Response:

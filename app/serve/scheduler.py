@@ -20,7 +20,9 @@ from app.config import SchedulerUserConfig, ServiceConfig
 from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
+from app.serve.speculation import SpeculationState
 from app.store.writer import WriterStats
+from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 
@@ -54,6 +56,13 @@ class ServeLinks:
     async def load(self, replica: int) -> EngineLoad:
         load: EngineLoad = await self.handles[replica].load.remote()
         return load
+
+    async def configure_speculation(self, replica: int, settings: DraftSettings) -> DraftSettings:
+        applied: DraftSettings = await self.handles[replica].configure_speculation.remote(settings)
+        return applied
+
+    async def release_groups(self, replica: int, group_ids: list[str]) -> int:
+        return int(await self.handles[replica].release_groups.remote(group_ids))
 
 
 class ServiceHealth(BaseModel):
@@ -102,6 +111,17 @@ class SeerScheduler:
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         cfg = SchedulerUserConfig.model_validate(user_config)
         self.dispatcher.set_policy(self.config.resolve_policy(cfg.policy))
+        spec = cfg.speculation
+        if spec is not None and spec != self.dispatcher.speculation.settings:
+            await self.dispatcher.configure_speculation(spec, "user_config", "deployment config")
+
+    async def speculation(self) -> SpeculationState:
+        return self.dispatcher.speculation.state()
+
+    async def configure_speculation(
+        self, settings: DraftSettings, who: str, reason: str | None
+    ) -> SpeculationState:
+        return await self.dispatcher.configure_speculation(settings, who, reason)
 
     async def policy(self) -> str:
         return self.dispatcher.policy

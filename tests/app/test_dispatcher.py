@@ -19,7 +19,9 @@ from app.engines.fake import FakeEngine
 from app.rollout import JobPlan, expand
 from app.serve.dispatcher import Dispatcher, ReplicaState, ReplicaUnavailable
 from app.serve.jobs import JobError
+from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
+from core.events import CollectingSink, SpeculationConfigChanged
 
 MAX_TOKENS = 120
 
@@ -42,6 +44,7 @@ class FakeLinks:
         self.aborts: list[str] = []
         self.fail: Callable[[int, ChunkRequest], bool] = lambda i, c: False
         self.down: set[int] = set()
+        self.released: list[list[str]] = [[] for _ in range(n)]
 
     async def start(self) -> None:
         for e in self.engines:
@@ -71,6 +74,15 @@ class FakeLinks:
         if replica in self.down:
             raise ReplicaUnavailable(f"replica-{replica} is restarting")
         return self.engines[replica].load()
+
+    async def configure_speculation(self, replica: int, settings: DraftSettings) -> DraftSettings:
+        if replica in self.down:
+            raise ReplicaUnavailable(f"replica-{replica} is restarting")
+        return await self.engines[replica].configure_speculation(settings)
+
+    async def release_groups(self, replica: int, group_ids: list[str]) -> int:
+        self.released[replica] += group_ids
+        return await self.engines[replica].release_groups(group_ids)
 
 
 def _config(**kw: Any) -> ServiceConfig:
@@ -425,3 +437,49 @@ def test_chunks_carry_the_policys_speculation_and_probes(policy: str) -> None:
     assert all(c.speculate is speculate for c in seen)
     probes = {c.group_id: c.request_id for c in seen if c.is_probe}
     assert len(probes) == 3 and len(set(probes.values())) == 3  # one probe request per group
+
+
+def test_speculation_settings_reach_every_replica_live_and_rejoining_ones_later() -> None:
+    links = FakeLinks(n=3)
+    sink = CollectingSink()
+    new = DraftSettings(enabled=False, max_draft=4)
+
+    async def main() -> None:
+        await links.start()
+        cfg = _config()
+        d = Dispatcher(links, cfg, cfg.resolve_policy("seer"), sink=sink)
+        d.start()
+        await d.probe_all()
+        try:
+            links.down.add(2)
+            await d.probe_all()
+            assert d.replicas[2].state is ReplicaState.DOWN
+            state = await d.configure_speculation(new, "alice", "too slow on CPU")
+            assert state.version == 1 and state.settings["max_draft"] == 4
+            assert [r.version for r in state.replicas] == [1, 1, -1]
+            assert [e.speculation for e in links.engines[:2]] == [new, new]
+            assert links.engines[2].speculation == DraftSettings()  # down: not reached yet
+            links.down.clear()  # Serve restarted it (with the config's settings)
+            await d.probe_all()
+            for _ in range(100):  # the re-apply runs as its own bounded task
+                if d.speculation.state().replicas[2].version == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert links.engines[2].speculation == new
+            assert [r.version for r in d.speculation.state().replicas] == [1, 1, 1]
+            # finished groups are released on the live replicas, in batches
+            d.submit(_plan("rel", prompts=2, g=2, max_tokens=20))
+            await d.wait("rel")
+            for _ in range(100):
+                if all(len(r) == 2 for r in links.released):
+                    break
+                await asyncio.sleep(0.01)
+            assert [sorted(r) for r in links.released] == [["rel-g0", "rel-g1"]] * 3
+        finally:
+            await d.close()
+
+    asyncio.run(main())
+    (event,) = sink.of(SpeculationConfigChanged)
+    assert isinstance(event, SpeculationConfigChanged)
+    assert event.who == "alice" and event.reason == "too slow on CPU"
+    assert '"max_draft": 8' in event.old and '"max_draft": 4' in event.new

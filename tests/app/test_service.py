@@ -32,6 +32,7 @@ APP: dict[str, Any] = {
     "health_period_s": 0.5,
     "replica_call_timeout_s": 2,
     "limits": {"max_open_jobs": 3, "max_job_requests": 512, "retry_after_s": 3},
+    "operator_token": "t0ken",
     # ~100 tokens per response (EOS with p=1/97 per token) at 20 ms per token
     "engine": {"backend": "fake", "max_model_len": 512, "fake_step_s": 0.02},
 }
@@ -314,3 +315,26 @@ def test_a_killed_replica_s_chunks_are_redispatched_and_the_rollout_completes(
             assert resp["length"] == len(resp["token_ids"]) == len(resp["logprobs"])
             assert resp["finish_reason"] == "stop" or resp["length"] == 200
     assert not math.isnan(r.json()["stats"]["tokens_per_s"])
+
+
+def test_speculation_settings_are_tuned_live_with_the_operator_token(client: httpx.Client) -> None:
+    before = client.get("/v1/speculation").json()
+    assert before["settings"]["enabled"] is True
+    body = {"settings": {"max_draft": 3}, "reason": "test"}
+    assert client.put("/v1/speculation", json=body).status_code == 401
+    bad = client.put("/v1/speculation", json=body, headers={"Authorization": "Bearer no"})
+    assert bad.status_code == 403
+    auth = {"Authorization": "Bearer t0ken", "X-Operator": "ops-bot"}
+    r = client.put("/v1/speculation", json={"settings": {"max_draft": 99}}, headers=auth)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == [
+        "body",
+        "settings",
+        "max_draft",
+    ]
+    r = client.put("/v1/speculation", json=body, headers=auth)
+    assert r.status_code == 200, r.text
+    state = r.json()
+    assert state["version"] == before["version"] + 1 and state["updated_by"] == "ops-bot"
+    assert state["settings"]["max_draft"] == 3 and state["settings"]["enabled"] is True
+    assert {x["version"] for x in state["replicas"]} == {state["version"]}  # every replica took it
+    assert client.get("/v1/speculation").json()["version"] == state["version"]

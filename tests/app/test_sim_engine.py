@@ -362,3 +362,31 @@ def test_the_workload_is_the_one_seer_simulate_draws(name: str) -> None:
     work, cost, _ = build_workload(SimulationRequest(workload=name, scale=scale, seed=4))
     assert sim_workload(sim).work.lengths == work.lengths
     assert sim_workload(sim).cost == cost
+
+
+@pytest.mark.parametrize("speculate", [False, True])
+def test_speculating_chunks_decode_faster_from_siblings_this_engine_saw(speculate: bool) -> None:
+    """A group's later responses draft from the ones this engine already ran (acceptance model):
+    more than one token per request-step with speculation, exactly one without."""
+
+    async def main() -> tuple[float, float]:
+        e = engine()
+        await e.start()
+        p = group_prompt(FAST, 0)
+
+        def spec(r: ChunkRequest) -> ChunkRequest:
+            return r.model_copy(update={"speculate": speculate, "is_probe": r.response_index == 0})
+
+        await e.run_chunk(spec(req(p, "first", 0)))  # alone: nothing to draft from yet
+        inst = e._inst
+        assert inst is not None
+        before = (inst.tokens_out, inst.slot_steps)
+        await asyncio.gather(*(e.run_chunk(spec(req(p, f"s{j}", j))) for j in range(1, 6)))
+        return inst.tokens_out - before[0], inst.slot_steps - before[1]
+
+    tokens, slot_steps = run(main)
+    per_step = tokens / slot_steps
+    if speculate:
+        assert per_step > 1.2
+    else:
+        assert per_step == pytest.approx(1.0)

@@ -1,0 +1,74 @@
+"""Operator endpoint rules: bearer token and settings updates (no Ray, no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import HTTPException
+
+from app.serve.operator import (
+    TOKEN_ENV,
+    SpeculationUpdate,
+    authorize,
+    configured_token,
+    merged_settings,
+)
+from core.drafting.step_drafter import DraftSettings
+
+
+@pytest.mark.parametrize(
+    ("token", "header", "status"),
+    [
+        (None, "Bearer x", 403),  # no token configured: operator changes refused
+        ("s3cret", None, 401),
+        ("s3cret", "", 401),
+        ("s3cret", "Bearer nope", 403),
+        ("s3cret", "Basic s3cret", 403),
+        ("s3cret", "Bearer s3cret", None),
+        ("s3cret", "bearer  s3cret ", None),
+    ],
+)
+def test_authorize(token: str | None, header: str | None, status: int | None) -> None:
+    if status is None:
+        authorize(token, header)
+        return
+    with pytest.raises(HTTPException) as exc:
+        authorize(token, header)
+    assert exc.value.status_code == status
+
+
+def test_token_comes_from_config_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert configured_token(None) is None
+    monkeypatch.setenv(TOKEN_ENV, "from-env")
+    assert configured_token(None) == "from-env"
+    assert configured_token("from-config") == "from-config"
+
+
+def test_updates_merge_over_the_current_settings() -> None:
+    current = DraftSettings(max_draft=6)
+    got = merged_settings(current, SpeculationUpdate(settings={"enabled": False}))
+    assert got == DraftSettings(enabled=False, max_draft=6)
+    got = merged_settings(current, SpeculationUpdate(settings={"min_token_prob": 0}))
+    assert got.min_token_prob == 0.0 and isinstance(got.min_token_prob, float)
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"max_draft": 0}, "max_draft"),
+        ({"max_draft": 4.0}, "max_draft"),
+        ({"max_draft": "4"}, "max_draft"),
+        ({"enabled": 1}, "enabled"),
+        ({"min_token_prob": 1.5}, "min_token_prob"),
+        ({"min_token_prob": True}, "min_token_prob"),
+        ({"probe_priority": 0.5}, "probe_priority"),
+        ({"width": 2}, "width"),
+    ],
+)
+def test_bad_updates_are_422_naming_the_field(settings: dict[str, Any], field: str) -> None:
+    with pytest.raises(HTTPException) as exc:
+        merged_settings(DraftSettings(), SpeculationUpdate(settings=settings))
+    assert exc.value.status_code == 422
+    assert exc.value.detail[0]["loc"] == ["body", "settings", field]
