@@ -234,8 +234,7 @@ class Scheduler:
             raise ValueError(f"request {request_id!r} finished with 0 generated tokens")
         rep = self._chunk_replica[r]
         t = self._table
-        t.running[rep] -= 1
-        t.reserved[rep] -= self._chunk_reserve[r]
+        t.add(rep, -1, -self._chunk_reserve[r])
         if t.running[rep] < t.max_running[rep]:
             self._free_slots += 1
         self._chunk_reserve[r] = 0
@@ -339,10 +338,10 @@ class Scheduler:
                     f"not {spec.replica_id!r}"
                 )
             self.replicas[replica] = spec
-            self._table.capacity[replica] = spec.kv_capacity_tokens
         self._available[replica] = available
         t = self._table
-        t.max_running[replica] = self.replicas[replica].max_running if available else 0
+        spec = self.replicas[replica]
+        t.set_limits(replica, spec.kv_capacity_tokens, spec.max_running if available else 0)
         self._free_slots = sum(max(0, m - n) for m, n in zip(t.max_running, t.running, strict=True))
 
     # ------------------------------------------------------------------ decisions
@@ -406,8 +405,7 @@ class Scheduler:
         t = self._table
         if t.running[rep] < t.max_running[rep]:
             self._free_slots -= 1
-        t.running[rep] += 1
-        t.reserved[rep] += need
+        t.add(rep, 1, need)
         self._dispatches += 1
         self.phase[r] = _RUNNING
         self._version[r] += 1
