@@ -31,6 +31,7 @@ class ReplicaTable:
     _size: int = field(init=False, default=1)
     _room: list[int] = field(init=False, default_factory=list)  # max capacity - reserved
     _low: list[float] = field(init=False, default_factory=list)  # min load
+    _first: list[int] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.capacity)
@@ -40,6 +41,9 @@ class ReplicaTable:
         self._size = size
         self._room = [_NO_ROOM] * (2 * size)
         self._low = [_INF] * (2 * size)
+        self._first = [0] * (2 * size)  # per node: its leftmost replica index
+        for node in range(2 * size - 1, 0, -1):
+            self._first[node] = node - size if node >= size else self._first[2 * node]
         for i in range(n):
             self._set_leaf(i)
         room, low = self._room, self._low
@@ -69,23 +73,34 @@ class ReplicaTable:
     def least_loaded(self, need: int) -> int:
         """Replica with the smallest load among those that fit ``need`` KV tokens, the lowest
         index on ties (as a scan in index order would pick), or -1."""
-        room, low = self._room, self._low
+        room, low, first = self._room, self._low, self._first
         if room[1] < need:
             return -1
         size = self._size
-        best = -1
+        best = size  # (best_load, best): the best (load, index) found so far
         best_load = 3.0  # above any load (each fraction is <= 1 where a slot is free)
-        stack = [1]
+        stack = [1]  # nodes holding a replica that fits
         while stack:
             node = stack.pop()
-            if room[node] < need or low[node] >= best_load:
-                continue  # nothing here fits, or nothing here is strictly better
-            if node >= size:
-                best, best_load = node - size, low[node]
-            else:
-                stack.append(2 * node + 1)
-                stack.append(2 * node)  # left first: index order breaks ties
-        return best
+            while True:
+                x = low[node]
+                # every replica under node has a load >= x and an index >= first[node]
+                if x > best_load or (x == best_load and first[node] > best):
+                    break  # none of them can beat (best_load, best)
+                if node >= size:
+                    best, best_load = node - size, x
+                    break
+                a = 2 * node
+                b = a + 1
+                if low[b] < low[a]:
+                    a, b = b, a  # the child with the smaller load first (the left one on ties)
+                if room[a] >= need:
+                    if room[b] >= need:
+                        stack.append(b)
+                    node = a
+                else:
+                    node = b  # room[node] >= need: one child has the room
+        return best if best < size else -1
 
     def _set_leaf(self, i: int) -> None:
         node = self._size + i
