@@ -581,6 +581,8 @@ class Scheduler:
         phase = self.phase
         is_probe = self.is_probe
         keys = self._key
+        group_of = self.group_of
+        generated = self.generated
         memo: dict[tuple[int, int], float] | None = {} if self._group_keyed else None
         for r in requests:
             if r == skip or phase[r] is not _QUEUED or is_probe[r]:
@@ -588,9 +590,11 @@ class Scheduler:
             if memo is None:
                 key = order(self, r)
             else:
-                pair = (self.group_of[r], self.generated[r])
+                pair = (group_of[r], generated[r])
                 found = memo.get(pair)
-                key = memo[pair] = order(self, r) if found is None else found
+                if found is None:
+                    found = memo[pair] = order(self, r)
+                key = found
             if key != keys[r]:
                 self._version[r] += 1
                 keys[r] = key
