@@ -119,6 +119,10 @@ ORDERINGS: dict[str, OrderingFn] = {
 #: Orderings whose keys never depend on sibling evidence (no re-keying when a sibling reports).
 STATIC_ORDERINGS = frozenset({"fifo", "breadth-first", "oracle", "oracle-group", "oracle-cap"})
 
+#: Orderings whose key depends on a request only through its group and its generated tokens
+#: (re-keying computes each such pair once).
+GROUP_KEYED_ORDERINGS = frozenset({"context", "context-hedge", "context-max", "breadth-first"})
+
 #: Yardstick orderings that need the true lengths (``Scheduler.submit``'s ``oracle_lengths``).
 ORACLE_ORDERINGS = frozenset({"oracle", "oracle-group", "oracle-cap"})
 

@@ -29,14 +29,20 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from core.engine.types import FinishReason
 from core.events import EventSink, NullSink
 from core.scheduling.config import SchedulerConfig
 from core.scheduling.estimate import GroupStats, LengthPrior, PopulationStats
-from core.scheduling.ordering import ORACLE_ORDERINGS, STATIC_ORDERINGS, fifo_key, get_ordering
+from core.scheduling.ordering import (
+    GROUP_KEYED_ORDERINGS,
+    ORACLE_ORDERINGS,
+    STATIC_ORDERINGS,
+    fifo_key,
+    get_ordering,
+)
 from core.scheduling.routing import ReplicaTable, get_routing
 from core.scheduling.trace import EventTrace
 from core.scheduling.types import (
@@ -109,6 +115,7 @@ class Scheduler:
         self._chunk_replica: list[int] = []
         self._chunk_budget: list[int] = []
         self._chunk_reserve: list[int] = []
+        self._key: list[float] = []  # ordering key of a queued non-probe request, as pushed
         self._oracle: list[int] = []
         self.oracle_lengths: Sequence[int] | None = None
         # Per-group state.
@@ -133,6 +140,7 @@ class Scheduler:
         self._dispatches = 0
         self._verl_next = 0
         self._group_keys_depend = config.ordering not in STATIC_ORDERINGS
+        self._group_keyed = config.ordering in GROUP_KEYED_ORDERINGS
         self._explore_on = config.explore_interval > 0
         self._trace = (
             None if sink is None or isinstance(sink, NullSink) else EventTrace(sink, clock)
@@ -203,6 +211,7 @@ class Scheduler:
                 self._chunk_replica.append(-1)
                 self._chunk_budget.append(0)
                 self._chunk_reserve.append(0)
+                self._key.append(0.0)
                 if need_oracle and oracle_lengths is not None:
                     self._oracle.append(oracle_lengths[rid])
                 else:
@@ -247,8 +256,7 @@ class Scheduler:
             raise ValueError(f"request {request_id!r} finished with 0 generated tokens")
         rep = self._chunk_replica[r]
         t = self._table
-        t.running[rep] -= 1
-        t.reserved[rep] -= self._chunk_reserve[r]
+        t.add(rep, -1, -self._chunk_reserve[r])
         if t.running[rep] < t.max_running[rep]:
             self._free_slots += 1
         self._chunk_reserve[r] = 0
@@ -365,10 +373,10 @@ class Scheduler:
                     f"not {spec.replica_id!r}"
                 )
             self.replicas[replica] = spec
-            self._table.capacity[replica] = spec.kv_capacity_tokens
         self._available[replica] = available
         t = self._table
-        t.max_running[replica] = self.replicas[replica].max_running if available else 0
+        spec = self.replicas[replica]
+        t.set_limits(replica, spec.kv_capacity_tokens, spec.max_running if available else 0)
         self._free_slots = sum(max(0, m - n) for m, n in zip(t.max_running, t.running, strict=True))
 
     # ------------------------------------------------------------------ decisions
@@ -399,10 +407,10 @@ class Scheduler:
                     break
                 continue
             out.append(self._dispatch(r, rep, budget, need, kv))
-        for r in skipped:  # back in line, keeping their waiting position
+        for r in skipped:  # back in line, keeping their waiting position (and their key)
             self._n_queued += 1
             self._version[r] += 1
-            self._push(r)
+            self._push(r, self._key[r])
             if self.config.starvation_interval > 0:
                 self._fifo.appendleft((r, self._stamp[r]))
         return out
@@ -432,8 +440,7 @@ class Scheduler:
         t = self._table
         if t.running[rep] < t.max_running[rep]:
             self._free_slots -= 1
-        t.running[rep] += 1
-        t.reserved[rep] += need
+        t.add(rep, 1, need)
         self._dispatches += 1
         self.phase[r] = _RUNNING
         self._version[r] += 1
@@ -467,13 +474,17 @@ class Scheduler:
         if self.config.divided:
             self._push(r)
 
-    def _push(self, r: int) -> None:
-        """(Re-)insert the live key of queued request ``r`` into its priority queue."""
+    def _push(self, r: int, key: float | None = None) -> None:
+        """(Re-)insert the live key of queued request ``r`` into its priority queue; ``key``:
+        its key as last computed, when nothing it depends on changed since (a request set aside
+        by ``schedule``)."""
         ver = self._version[r]
         if self.is_probe[r]:
             heapq.heappush(self._probes, (self.generated[r], r, ver))
         else:
-            key = self._order(self, r)
+            if key is None:
+                key = self._order(self, r)
+                self._key[r] = key
             heapq.heappush(self._heap, (key, r, ver))
             if self._explore_on and self.generated[r] == 0:
                 heapq.heappush(self._explore, (-key, r, ver))
@@ -547,6 +558,7 @@ class Scheduler:
         self._chunk_replica = take(self._chunk_replica)
         self._chunk_budget = take(self._chunk_budget)
         self._chunk_reserve = take(self._chunk_reserve)
+        self._key = take(self._key)
         self._oracle = take(self._oracle)
         if self.oracle_lengths is not None:
             self.oracle_lengths = self._oracle
@@ -590,27 +602,52 @@ class Scheduler:
         if self._order is fifo_key:  # the only key that is the request index: renumber
             self._heap = [(float(r), r, ver) for _, r, ver in self._heap]
             heapq.heapify(self._heap)
+            self._key = [float(r) for r in range(len(keep_r))]
+
+    def _rekey(self, requests: Iterable[int], skip: int) -> None:
+        """Recompute the keys of the queued non-probe requests among ``requests`` (but
+        ``skip``); only a key that changed is re-pushed (an unchanged live entry already sits
+        where a fresh one would: same key, same request). Orderings keyed by (group, generated
+        tokens) compute each such pair once."""
+        order = self._order
+        phase = self.phase
+        is_probe = self.is_probe
+        keys = self._key
+        group_of = self.group_of
+        generated = self.generated
+        memo: dict[tuple[int, int], float] | None = {} if self._group_keyed else None
+        for r in requests:
+            if r == skip or phase[r] is not _QUEUED or is_probe[r]:
+                continue
+            if memo is None:
+                key = order(self, r)
+            else:
+                pair = (group_of[r], generated[r])
+                found = memo.get(pair)
+                if found is None:
+                    found = memo[pair] = order(self, r)
+                key = found
+            if key != keys[r]:
+                self._version[r] += 1
+                keys[r] = key
+                self._push(r, key)
 
     def _rekey_group(self, g: GroupStats, skip: int) -> None:
-        for r in g.members:
-            if r != skip and self.phase[r] is _QUEUED and not self.is_probe[r]:
-                self._version[r] += 1
-                self._push(r)
+        self._rekey(g.members, skip)
 
     def _rekey_all(self) -> None:
+        """Population statistics drifted: every queued key is recomputed (each live queued
+        non-probe request has exactly one live entry in the main heap)."""
         self._since_rekey = 0
         self.population.refresh()
-        self._heap = []
-        self._explore = []
-        order = self._order
-        for r, ph in enumerate(self.phase):
-            if ph is _QUEUED and not self.is_probe[r]:
-                key = order(self, r)
-                self._heap.append((key, r, self._version[r]))
-                if self._explore_on and self.generated[r] == 0:
-                    self._explore.append((-key, r, self._version[r]))
-        heapq.heapify(self._heap)
-        heapq.heapify(self._explore)
+        version = self._version
+        live = [r for _, r, ver in self._heap if ver == version[r]]
+        self._rekey(live, skip=-1)
+        if len(self._heap) > 2 * self._n_queued + 64:  # drop the stale entries
+            self._heap = [e for e in self._heap if e[2] == version[e[1]]]
+            heapq.heapify(self._heap)
+            self._explore = [e for e in self._explore if e[2] == version[e[1]]]
+            heapq.heapify(self._explore)
 
     # ------------------------------------------------------------------ views
     def _lookup(self, request_id: str) -> int:

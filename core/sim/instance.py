@@ -78,7 +78,12 @@ class Instance:
     waiting: deque[Arrival] = field(default_factory=deque)
     _free: list[int] = field(default_factory=list)
     _seq: int = 0
-    _last_draft: tuple[int, float, np.ndarray, np.ndarray, np.ndarray] | None = None
+    # the last policy run: batch, context, and per probe flag (sorted acceptances, their draft
+    # lengths, last index)
+    _last_draft: (
+        tuple[int, float, tuple[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray, int]]
+        | None
+    ) = None
     _plans_since_draft: int = 0
     _pending: list[tuple[float, int, Arrival]] = field(default_factory=list)
     _draft_tokens: int = 0
@@ -126,14 +131,13 @@ class Instance:
             return
         steps = (dt - self.stall) / self.step_s
         self.stall = 0.0
-        a = self.active
-        adv = self.rate[a] * steps
-        adv = np.minimum(adv, self.remaining[a])
-        self.remaining[a] -= adv
-        self.ctx[a] += adv
-        self.produced[a] += adv
-        self.tokens_out += float(adv.sum())
-        self.slot_steps += steps * int(a.sum())
+        # whole arrays: a free slot has nothing remaining, so it advances by exactly 0
+        adv = np.minimum(self.rate * steps, self.remaining)
+        self.remaining -= adv
+        self.ctx += adv
+        self.produced += adv
+        self.tokens_out += float(adv[self.active].sum())
+        self.slot_steps += steps * self.batch
         self.steps += steps
         if self._step_ratio > 0.0:
             self.spec_steps += steps
@@ -261,23 +265,26 @@ class Instance:
             gs = self.choose_drafts(alphas.tolist(), probes.tolist(), ctx_sum, n)
             g = np.asarray(gs, dtype=float)
             order = np.argsort(alphas, kind="stable")
-            self._last_draft = (n, ctx_sum, alphas[order], probes[order], g[order])
+            la, lp, lg = alphas[order], probes[order], g[order]
+            refs: list[tuple[np.ndarray, np.ndarray, int]] = []
+            for flag in (False, True):  # the last run's (acceptance, length) per probe flag
+                ref = lp == flag
+                if not ref.any():
+                    ref = np.ones_like(lp)  # no request of this flag ran: take them all
+                refs.append((la[ref], lg[ref], int(ref.sum()) - 1))
+            self._last_draft = (n, ctx_sum, refs[0], refs[1])
             self._plans_since_draft = 0
             return g
         self._plans_since_draft += 1
         assert last is not None
-        _, _, la, lp, lg = last
+        n_probes = int(probes.sum())
+        if n_probes == 0 or n_probes == n:  # one flag: no selection needed
+            ra, rg, top = last[3] if n_probes else last[2]
+            return rg[np.minimum(np.searchsorted(ra, alphas), top)]
         out = np.empty(n)
-        for flag in (False, True):
+        for flag, (ra, rg, top) in ((False, last[2]), (True, last[3])):
             sel = probes == flag
-            if not sel.any():
-                continue
-            ref = lp == flag
-            if not ref.any():
-                ref = np.ones_like(lp)
-            ra, rg = la[ref], lg[ref]
-            idx = np.clip(np.searchsorted(ra, alphas[sel]), 0, len(ra) - 1)
-            out[sel] = rg[idx]
+            out[sel] = rg[np.minimum(np.searchsorted(ra, alphas[sel]), top)]
         return out
 
     def plan(self) -> float:

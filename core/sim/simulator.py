@@ -45,10 +45,11 @@ class PolicyResult:
     chunks: int
     migrations: int
     mean_acceptance_length: float  # tau: tokens per request per step (1.0 = no speculation)
-    wall_s: float
+    wall_s: float  # time this simulation took on this machine (also ``cpu_s``: CPU time)
     spec_step_cost_ratio: float = 1.0  # mean over speculative steps: step time / without drafts
     spec_step_share: float = 0.0  # fraction of steps that verified draft tokens
     trace: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
+    cpu_s: float = 0.0
 
 
 def lower_bound(work: Workload, cost: CostModel) -> float:
@@ -113,7 +114,7 @@ def simulate(
     """Run one policy on ``work``; returns its figures. A policy that ``uses_prior`` gets, unless
     ``prior`` is given, the lengths of another iteration of the same prompts (drawn with
     ``prior_seed``; needs a generated workload)."""
-    wall0 = time.perf_counter()
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     plan = get_policy(policy, base)
     spec = work.spec
     need = max(work.prompt_tokens) + spec.max_tokens
@@ -291,4 +292,5 @@ def simulate(
         spec_step_cost_ratio=ratio,
         spec_step_share=spec_steps / steps if steps > 0 else 0.0,
         trace=traces,
+        cpu_s=time.process_time() - cpu0,
     )

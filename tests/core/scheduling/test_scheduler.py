@@ -351,3 +351,45 @@ def test_long_running_requests_are_rebalanced_to_the_least_loaded_replica() -> N
     assert run(0) == ("stay", 0)  # in-flight counts differ by <= 32: stays with its KV
     assert run(100) == ("move", 110)  # >= 100 generated: least loaded, pulls prompt + 100
     assert run(101) == ("stay", 0)
+
+
+def live_keys(s: Scheduler) -> dict[int, float]:
+    """Queued non-probe request -> key of its one live entry in the main queue."""
+    out: dict[int, float] = {}
+    for key, r, ver in s._heap:
+        if ver == s._version[r]:
+            assert r not in out, f"two live entries for request {r}"
+            out[r] = key
+    return out
+
+
+@pytest.mark.parametrize("ordering", ["context", "context-hedge", "context-max", "fifo"])
+def test_queued_keys_are_always_current(ordering: str) -> None:
+    """Re-keying only re-pushes keys that changed (and computes a (group, generated) pair
+    once): after every call each queued request's live key is what its ordering gives now."""
+    rng = random.Random(3)
+    gs = groups(12, 4, max_tokens=300)
+    lengths = {r: rng.choice([5, 40, 120, 300]) for g in gs for r in g.request_ids}
+    cfg = SchedulerConfig(chunk_tokens=32, ordering=ordering, rekey_every=3)
+    s = Scheduler(cfg, replicas(3, kv=700, running=4))  # tight KV: chunks are set aside
+    s.submit(gs)
+    inflight: list[ChunkDecision] = []
+    checks = 0
+    while not s.done:
+        inflight.extend(s.schedule())
+        rng.shuffle(inflight)
+        d = inflight.pop()
+        left = lengths[d.request_id] - d.generated
+        if left <= d.max_new_tokens:
+            s.complete(d.request_id, left, FinishReason.STOP)
+        else:
+            s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+        keys = live_keys(s)
+        queued = [
+            r for r, ph in enumerate(s.phase) if ph is RequestPhase.QUEUED and not s.is_probe[r]
+        ]
+        assert sorted(keys) == queued
+        for r in queued:
+            assert keys[r] == s._order(s, r)
+            checks += 1
+    assert checks > 100
