@@ -7,8 +7,8 @@ tensors the rejection sampler expands per draft token (temperature, top_p) the r
 the copy, and the real output keeps ``new_empty``'s uninitialized memory. Verification of
 sampled (temperature > 0) requests then uses a garbage temperature: outputs stop following the
 target distribution (``seer exactness`` at T=1 measured p < 1e-15 before this fix; greedy
-requests are unaffected). ``fix_expand_kernel`` registers a dtype-preserving implementation
-through vLLM's own kernel-override registry.
+requests are unaffected). ``fix_expand_kernel`` rebinds the kernel to a dtype-preserving
+implementation (vLLM's own ``KernelOverride`` wrapper).
 """
 
 from __future__ import annotations
@@ -38,12 +38,21 @@ def expand_kernel(
 
 
 def fix_expand_kernel() -> bool:
-    """Install ``expand_kernel`` in this process when vLLM runs on CPU; True if installed."""
+    """Install ``expand_kernel`` in this process when vLLM runs on CPU; True if installed.
+
+    The kernel has one launcher (``rejection_sampler._expand``), so it is rebound there and in
+    the module directly: vLLM's ``register_kernels`` scans every loaded module and fails on
+    objects whose ``__dict__`` is not a mapping (numba's, loaded by the ``ngram`` proposer)."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
         return False
-    from vllm.triton_utils.dispatcher import register_kernels
+    import vllm.v1.sample.rejection_sampler as rs
+    from vllm.triton_utils.dispatcher import KernelOverride
 
-    register_kernels({KERNEL: expand_kernel})
+    wrapper = KernelOverride(rs.expand_kernel, expand_kernel)
+    launcher = rs._expand
+    launcher.kernel = wrapper
+    launcher.__dict__.pop("_kernel_arg_names", None)  # cached from the old kernel
+    rs.expand_kernel = wrapper
     return True
