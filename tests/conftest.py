@@ -64,7 +64,13 @@ def vllm_engine(tiny_model: Path, loop_thread: LoopThread) -> Iterator[Any]:
     from app.engines.registry import make_engine
 
     engine = make_engine(
-        EngineConfig(model=str(tiny_model), max_model_len=1024, kv_cache_gib=1, max_num_seqs=64)
+        EngineConfig(
+            model=str(tiny_model),
+            max_model_len=1024,
+            kv_cache_gib=1,
+            max_num_seqs=64,
+            speculation={"method": "grouped"},  # tests/app/test_speculation_vllm.py drafts on it
+        )
     )
     loop_thread.run(engine.start(), timeout=600)
     yield engine
