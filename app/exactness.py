@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
+from app.engines.chunked import ResponseRun, generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
 from app.engines.vllm_engine import VllmEngine
 from app.prompts import DEMO_PROMPTS
 from core.drafting.step_drafter import DraftSettings
-from core.engine import ChunkRequest, SamplingParams
+from core.engine import SamplingParams
 from core.stats import two_sample_chi2
 
 ENDED = -1  # the category of a response that ended before a tested position
@@ -105,54 +107,22 @@ class ExactnessReport:
 
 
 @dataclass(slots=True)
-class _Response:
-    prompt: list[int]
-    tokens: list[int]
-    logprobs: list[float]
-    drafted: int
-    accepted: int
-
-
-@dataclass(slots=True)
 class _Run:
-    greedy: list[_Response]
-    sampled: list[_Response]
+    greedy: list[ResponseRun]
+    sampled: list[ResponseRun]
 
 
-async def _generate(
+def _generate(
     engine: VllmEngine,
     p: ExactnessParams,
     group_id: str,
     index: int,
     prompt: list[int],
     sampling: SamplingParams,
-) -> _Response:
-    tokens: list[int] = []
-    logprobs: list[float] = []
-    drafted = accepted = 0
-    while True:
-        res = await engine.run_chunk(
-            ChunkRequest(
-                request_id=f"{group_id}-{index}",
-                group_id=group_id,
-                response_index=index,
-                prompt_token_ids=prompt,
-                generated_token_ids=tokens,
-                max_new_tokens=p.chunk_tokens,
-                max_tokens=p.max_tokens,
-                sampling=sampling,
-                is_probe=index == 0,
-                speculate=True,
-            )
-        )
-        tokens = tokens + res.token_ids
-        logprobs += res.logprobs or []
-        drafted += res.drafted_tokens
-        accepted += res.accepted_tokens
-        if res.finished:
-            return _Response(prompt, tokens, logprobs, drafted, accepted)
-        if not res.token_ids:
-            raise RuntimeError(f"{group_id}-{index}: a chunk ended {res.finish_reason} empty")
+) -> Coroutine[Any, Any, ResponseRun]:
+    return generate_response(
+        engine, group_id, index, prompt, sampling, p.max_tokens, p.chunk_tokens
+    )
 
 
 async def _run(engine: VllmEngine, p: ExactnessParams, prompts: list[list[int]]) -> _Run:
@@ -192,7 +162,7 @@ def _engine_config(p: ExactnessParams, method: str) -> EngineConfig:
     )
 
 
-def _token_at(r: _Response, pos: int) -> int:
+def _token_at(r: ResponseRun, pos: int) -> int:
     return r.tokens[pos] if pos < len(r.tokens) else ENDED
 
 

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import json
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.engines.chunked import generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
 from app.engines.vllm_engine import VllmEngine
-from core.engine import ChunkRequest, SamplingParams
+from core.drafting.recorded import load_groups
+from core.engine import SamplingParams
 
 ROLLOUTS = (
     Path(__file__).resolve().parents[2].parent / "shared/data/rollouts/smollm2-public.jsonl.gz"
@@ -33,9 +34,7 @@ ROLLOUTS = (
 
 def math_prompts(path: Path = ROLLOUTS) -> list[list[int]]:
     """Prompt token ids of the recorded math groups (their prompts ask for 'Answer:')."""
-    with gzip.open(path, "rt") as f:
-        groups = [json.loads(line) for line in f]
-    return [g["prompt_token_ids"] for g in groups if "Answer:" in g["prompt"]]
+    return [list(g.prompt) for g in load_groups(path) if "Answer:" in g.prompt_text]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,33 +48,6 @@ class MethodResult:
     accepted: int
     draft_time_share: float | None
     step_cost: list[float] | None  # (base, per request, per draft token) seconds, grouped only
-
-
-async def _response(
-    engine: VllmEngine, gid: str, k: int, prompt: list[int], p: argparse.Namespace
-) -> tuple[int, int, int]:
-    gen: list[int] = []
-    drafted = accepted = 0
-    while True:
-        res = await engine.run_chunk(
-            ChunkRequest(
-                request_id=f"{gid}-{k}",
-                group_id=gid,
-                response_index=k,
-                prompt_token_ids=prompt,
-                generated_token_ids=gen,
-                max_new_tokens=p.chunk_tokens,
-                max_tokens=p.max_tokens,
-                sampling=SamplingParams(temperature=p.temperature, seed=1000 * k + len(gid)),
-                is_probe=k == 0,
-                speculate=True,
-            )
-        )
-        gen = gen + res.token_ids
-        drafted += res.drafted_tokens
-        accepted += res.accepted_tokens
-        if res.finished or not res.token_ids:
-            return len(gen), drafted, accepted
 
 
 async def run_method(method: str, p: argparse.Namespace) -> MethodResult:
@@ -94,7 +66,15 @@ async def run_method(method: str, p: argparse.Namespace) -> MethodResult:
         t0 = time.perf_counter()
         out = await asyncio.gather(
             *(
-                _response(engine, f"g{i}", k, prompt, p)
+                generate_response(
+                    engine,
+                    f"g{i}",
+                    k,
+                    prompt,
+                    SamplingParams(temperature=p.temperature, seed=1000 * k + len(f"g{i}")),
+                    p.max_tokens,
+                    p.chunk_tokens,
+                )
                 for i, prompt in enumerate(prompts)
                 for k in range(p.group_size)
             )
@@ -104,7 +84,7 @@ async def run_method(method: str, p: argparse.Namespace) -> MethodResult:
         stats = await engine.speculation_stats()
     finally:
         await engine.shutdown()
-    tokens = sum(n for n, _, _ in out)
+    tokens = sum(len(r.tokens) for r in out)
     accepted = after.accepted_draft_tokens - before.accepted_draft_tokens
     drafted = after.draft_tokens - before.draft_tokens
     share = None

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +210,6 @@ class VllmEngine:
                 f"{self.replica_id}: speculation method is {self.config.speculation.method!r}; "
                 "only grouped takes live settings"
             )
-        from dataclasses import asdict
-
         applied = await self._rpc("seer_configure", asdict(settings))
         return DraftSettings(**applied[0])
 

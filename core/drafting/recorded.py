@@ -17,6 +17,7 @@ class RecordedGroup:
     group_id: str
     prompt: tuple[int, ...]
     outputs: tuple[tuple[int, ...], ...]
+    prompt_text: str = ""  # the prompt before the chat template, when the file has it
 
     @property
     def num_tokens(self) -> int:
@@ -49,7 +50,8 @@ def parse_group(obj: object, where: str = "group") -> RecordedGroup:
         )
         for i, s in enumerate(samples)
     )
-    return RecordedGroup(gid, prompt, outputs)
+    text = obj.get("prompt")
+    return RecordedGroup(gid, prompt, outputs, text if isinstance(text, str) else "")
 
 
 def load_groups(path: str | Path) -> list[RecordedGroup]:

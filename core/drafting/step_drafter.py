@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from core.drafting.acceptance import AcceptanceEstimator
 from core.drafting.adaptive import AdaptiveDraftConfig, DraftCandidate, choose_draft_lengths
+from core.drafting.draft import Draft
 from core.drafting.speculate import MAX_DRAFT_TOKENS
 from core.drafting.step_time import StepTimeModel
 from core.drafting.store import DEFAULT_PARAMS, DraftStore
@@ -143,11 +144,7 @@ class StepDrafter:
         Returns one draft (token ids, possibly empty) per row, in order."""
         start = self.clock()
         self._step += 1
-        fresh = False
-        for row in rows:
-            if row.row_id not in self._rows:
-                fresh = True
-                break
+        fresh = any(row.row_id not in self._rows for row in rows)
         if self._last_start is not None and self._last_batch and not fresh:
             # The interval since the last call was one step that verified what we drafted then
             # (a step with a fresh row also ran its prefill, which would bias the model).
@@ -225,32 +222,33 @@ class StepDrafter:
         if mode == "off":
             return out
         t0 = self.clock()
-        drafts = []
+        offered: dict[int, Draft] = {}  # row index -> its non-empty draft
         for i, (row, st) in enumerate(zip(rows, states, strict=True)):
             k = min(cap, row.max_draft)
             if k <= 0:
                 continue
             d = self.store.speculate(st.group_id, st.key, k, 1, s.min_token_prob)
             if d.tokens:
-                drafts.append((i, d))
+                offered[i] = d
         self._draft_seconds += self.clock() - t0
-        if mode == "adaptive" and drafts:
-            offered = {i: d for i, d in drafts}
+        if mode == "adaptive" and offered:
             # every row is a candidate: rows without a draft still decode (and cost) one token
-            cands = [
-                DraftCandidate(
-                    request_id=row.row_id,
-                    acceptance=(
-                        self.acceptance.estimate(st.group_id, offered[i].match_length)
-                        if i in offered
-                        else 0.0
-                    ),
-                    is_probe=row.is_probe,
-                    max_length=len(offered[i]) if i in offered else 0,
+            cands = []
+            for i, (row, st) in enumerate(zip(rows, states, strict=True)):
+                got = offered.get(i)
+                cands.append(
+                    DraftCandidate(
+                        request_id=row.row_id,
+                        acceptance=(
+                            0.0
+                            if got is None
+                            else self.acceptance.estimate(st.group_id, got.match_length)
+                        ),
+                        is_probe=row.is_probe,
+                        max_length=0 if got is None else len(got),
+                    )
                 )
-                for i, (row, st) in enumerate(zip(rows, states, strict=True))
-            ]
-            lengths = choose_draft_lengths(
+            chosen = choose_draft_lengths(
                 cands,
                 self.step_model.predict,
                 AdaptiveDraftConfig(
@@ -260,10 +258,11 @@ class StepDrafter:
                     draft_time_s=0.0,  # drafting is already inside the measured step time
                 ),
             )
+            lengths = {i: chosen[rows[i].row_id] for i in offered}
         else:
-            lengths = {rows[i].row_id: len(d) for i, d in drafts}
-        for i, d in drafts:
-            n = min(lengths[rows[i].row_id], len(d))
+            lengths = {i: len(d) for i, d in offered.items()}
+        for i, d in offered.items():
+            n = min(lengths[i], len(d))
             if n > 0:
                 out[i] = list(d.tokens[:n])
                 states[i].pending = n

@@ -103,6 +103,9 @@ def test_load_groups_and_errors(tmp_path: Path):
     p = _write(tmp_path / "a.jsonl.gz", [_group("a", [7], [[1, 2, 3, 4], [1, 2, 3, 4]])])
     (g,) = load_groups(p)
     assert g.outputs == TWINS.outputs and g.num_tokens == 9
+    assert g.prompt_text == ""  # the file has no prompt text
+    q = _write(tmp_path / "t.jsonl.gz", [{**_group("t", [7], [[1]]), "prompt": "2+2?"}])
+    assert load_groups(q)[0].prompt_text == "2+2?"
     with pytest.raises(FileNotFoundError, match="missing"):
         load_groups(tmp_path / "missing.jsonl.gz")
     bad = _write(tmp_path / "b.jsonl.gz", [_group("b", [], [[1]])])
