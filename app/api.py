@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.engine import SamplingParams
 
@@ -52,6 +52,14 @@ class RolloutRequest(BaseModel):
         description="scheduling policy the caller expects; must be the one the service runs "
         "(GET /healthz shows it), else 422",
     )
+    group_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="join the responses to every other request carrying the same key while "
+        "that group is open (siblings sent one call at a time, e.g. by agent loops): the "
+        "scheduler treats them as one group. Needs exactly one prompt",
+    )
     wait: bool = Field(
         False,
         description="false: answer 202 with the job's URLs at once; true: answer when the "
@@ -68,13 +76,23 @@ class RolloutRequest(BaseModel):
                 raise ValueError(f"prompt_ids[{i}] has {len(x)} characters; need 1-256")
         return v
 
+    @model_validator(mode="after")
+    def _one_prompt_per_key(self) -> RolloutRequest:
+        if self.group_key is not None and len(self.prompts) != 1:
+            raise ValueError(
+                f"group_key needs exactly one prompt (its group); got {len(self.prompts)} prompts"
+            )
+        return self
+
 
 class Response(BaseModel):
     index: int = Field(description="position of this response in its group (0..G-1)")
     token_ids: list[int]
     text: str
     logprobs: list[float] | None
-    finish_reason: str = Field(description="stop | length")
+    finish_reason: str = Field(
+        description="stop | length | abort (abort: the job was cancelled before it finished)"
+    )
     length: int
     chunks: int = Field(description="chunks (engine calls) that generated it")
     replicas: list[str] = Field(description="engine replicas that ran its chunks, in order")
@@ -83,6 +101,11 @@ class Response(BaseModel):
     )
     drafted_tokens: int = Field(0, description="draft tokens verified for it (speculation)")
     accepted_tokens: int = Field(0, description="of those, accepted by the target model")
+    policy_version: int = Field(
+        0,
+        description="version of the policy weights that sampled every token of it (POST "
+        "/v1/weights sets it; a response never mixes two versions)",
+    )
 
 
 class GroupResult(BaseModel):

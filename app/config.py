@@ -124,6 +124,13 @@ class ServiceConfig(BaseModel):
         default_factory=StoreConfig,
         description="history store: whether and where events are recorded (app/store)",
     )
+    weight_update_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        le=86_400,
+        description="bound on a weight update: running chunks finishing, then every replica "
+        "loading the new weights (POST /v1/weights answers 504 past it)",
+    )
 
     def scheduler_base(self) -> SchedulerConfig:
         # No KV pool between replicas here: moving a long request would recompute its whole

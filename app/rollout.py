@@ -1,11 +1,12 @@
 """Rollout jobs as plain data: group expansion, per-response seeds, response assembly (no Ray).
 
 Invariant: a job of P prompts x G responses is P groups of G requests; request ``(i, j)`` is
-response j of prompt i, id ``{job}-g{i}-r{j}``, and its tokens are the concatenation of its
-chunks in order (a chunk continues exactly where the last one stopped). A seeded job gives
-response k = i * G + j the seed ``seed + k * (max_tokens + 1)`` (mod 2**32); chunk c of it is
-seeded at its position (``SamplingParams.chunk_seed``), so every chunk of every response of a
-job has its own seed as long as ``P * G * (max_tokens + 1) <= 2**32``.
+response j of prompt i, id ``{job}-g{i}-r{j}``, in group ``{job}-g{i}`` (or ``key:{group_key}``,
+shared with every job naming that key while the group is open); its tokens are the
+concatenation of its chunks in order (a chunk continues exactly where the last one stopped).
+A seeded job gives response k = i * G + j the seed ``seed + k * (max_tokens + 1)`` (mod
+2**32); chunk c of it is seeded at its position (``SamplingParams.chunk_seed``), so every chunk
+of every response of a job has its own seed as long as ``P * G * (max_tokens + 1) <= 2**32``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class RequestRun:
     finished_at: float = 0.0  # time.time() of its last token
     drafted: int = 0  # draft tokens verified for it
     accepted: int = 0  # of those, accepted
+    policy_version: int = 0  # weights version that sampled its tokens (set at its first chunk)
+    restarts: int = 0  # times it started over from its prompt (a weight update cut it)
 
     def chunk(self, decision: ChunkDecision, speculate: bool = False) -> ChunkRequest:
         """The engine request of the chunk ``decision`` asks for, continuing this response;
@@ -67,6 +70,14 @@ class RequestRun:
             is_probe=decision.is_probe,
             speculate=speculate,
         )
+
+    def restart(self) -> None:
+        """Forget every token generated so far: the response starts over from its prompt."""
+        self.tokens = []
+        self.token_logprobs = []
+        self.replicas = []
+        self.drafted = self.accepted = 0
+        self.restarts += 1
 
     def append(self, replica: str, tokens: Sequence[int], logprobs: Sequence[float] | None) -> None:
         self.tokens += tokens
@@ -123,8 +134,8 @@ def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> Jo
     seed = req.sampling.seed
     G = req.group_size
     for i, prompt in enumerate(prompts):
-        gid = f"{job_id}-g{i}"
-        ids = tuple(f"{gid}-r{j}" for j in range(G))
+        gid = f"{job_id}-g{i}" if req.group_key is None else group_of_key(req.group_key)
+        ids = tuple(f"{job_id}-g{i}-r{j}" for j in range(G))
         pid = req.prompt_ids[i] if req.prompt_ids is not None else None
         spec = GroupSpec(gid, ids, req.max_tokens, len(prompt), prompt_key=prompt_key(pid, prompt))
         group_runs = []
@@ -141,29 +152,40 @@ def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> Jo
     return JobPlan(job_id, groups, runs, req.max_tokens, iteration=req.iteration)
 
 
+def group_of_key(group_key: str) -> str:
+    """Scheduler group id of the requests that carry ``group_key``."""
+    return f"key:{group_key}"
+
+
 def assemble_group(
-    group: GroupRun, started: float, text: Callable[[list[int]], str] | None = None
+    group: GroupRun,
+    started: float,
+    text: Callable[[list[int]], str] | None = None,
+    partial: bool = False,
 ) -> GroupResult:
     """The API result of a finished group of a job accepted at ``started`` (``time.time()``);
     ``text`` detokenizes (``""`` when not given: the ingress fills it in with its own
-    tokenizer)."""
+    tokenizer). ``partial``: the job was cancelled; unfinished responses are reported with what
+    they generated and finish reason ``abort``."""
     responses = []
     for run in group.runs:
-        if run.finish is None:
+        if run.finish is None and not partial:
             raise ValueError(f"group {group.spec.group_id}: response {run.index} is not finished")
+        finish = run.finish.value if run.finish is not None else FinishReason.ABORT.value
         responses.append(
             Response(
                 index=run.index,
                 token_ids=list(run.tokens),
                 text=text(run.tokens) if text is not None else "",
                 logprobs=list(run.token_logprobs) if run.logprobs else None,
-                finish_reason=run.finish.value,
+                finish_reason=finish,
                 length=len(run.tokens),
                 chunks=len(run.replicas),
                 replicas=list(run.replicas),
                 finished_after_s=max(run.finished_at - started, 0.0),
                 drafted_tokens=run.drafted,
                 accepted_tokens=run.accepted,
+                policy_version=run.policy_version,
             )
         )
     return GroupResult(

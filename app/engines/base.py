@@ -70,5 +70,11 @@ class ChunkEngine(Protocol):
     async def release_groups(self, group_ids: list[str]) -> int:
         """Forget finished groups' drafting state; returns how many were held."""
 
+    async def update_weights(self, path: str, version: int) -> int:
+        """Load the policy weights in checkpoint directory ``path`` (``*.safetensors``) as
+        ``version`` between steps, dropping what depends on the old ones (prefix cache, group
+        drafting state); ValueError naming the path when it holds no usable weights. Returns
+        the version now loaded (``load().weights_version``)."""
+
     async def shutdown(self) -> None:
         """Free the engine."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import os
 import time
 
 from app.engines.config import EngineConfig
@@ -45,6 +46,8 @@ class FakeEngine:
         self._aborted: set[str] = set()
         self._running: set[str] = set()
         self.speculation: DraftSettings = config.speculation.settings
+        self.weights_version = 0
+        self._weights = ""  # mixed into every token's hash: new weights, new samples
 
     async def start(self) -> None:
         self._started = True
@@ -72,10 +75,12 @@ class FakeEngine:
             chunks_in_flight=n,
             kv_capacity_tokens=c.max_model_len * c.max_num_seqs,
             max_running=c.max_num_seqs,
+            weights_version=self.weights_version,
         )
 
     def _next(self, context: list[int], seed: int) -> tuple[int, float]:
-        h = hashlib.blake2b(repr((seed, context[-8:], len(context))).encode(), digest_size=4)
+        key = (seed, context[-8:], len(context), self._weights)
+        h = hashlib.blake2b(repr(key).encode(), digest_size=4)
         x = int.from_bytes(h.digest(), "little")
         tok = EOS if x % 97 == 0 else 32 + x % 95
         return tok, -math.log(1 + x % 7)
@@ -136,6 +141,14 @@ class FakeEngine:
 
     async def release_groups(self, group_ids: list[str]) -> int:
         return 0
+
+    async def update_weights(self, path: str, version: int) -> int:
+        """The fake's "weights" are the checkpoint directory's name (it must exist)."""
+        if not await asyncio.to_thread(os.path.isdir, path):
+            raise ValueError(f"{self.replica_id}: weights path {path!r} is not a directory")
+        self._weights = os.path.basename(os.path.normpath(path))
+        self.weights_version = version
+        return version
 
     async def shutdown(self) -> None:
         self._started = False

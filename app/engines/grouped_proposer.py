@@ -13,6 +13,7 @@ Rows without ``extra_args["seer"]`` (warm-up requests) never draft.
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from core.drafting.step_drafter import DraftSettings, RowView, StepDrafter
@@ -150,6 +151,16 @@ class SeerWorkerExtension:
     def seer_release_groups(self, group_ids: list[str]) -> int:
         drafter = self._seer_drafter()
         return 0 if drafter is None else drafter.release_groups(group_ids)
+
+    def seer_load_weights(self, path: str) -> int:
+        """Load the checkpoint in directory ``path`` into this worker's model in place (vLLM's
+        ``reload_weights``) and drop every group's draft index (it holds the old policy's
+        tokens); returns how many groups were dropped."""
+        if not sorted(Path(path).glob("*.safetensors")):
+            raise ValueError(f"weights path {path!r} holds no *.safetensors file")
+        self.reload_weights(weights_path=path)  # type: ignore[attr-defined]
+        drafter = self._seer_drafter()
+        return 0 if drafter is None else drafter.release_groups(list(drafter.store.group_ids()))
 
     def seer_snapshot(self) -> dict:
         drafter = self._seer_drafter()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
 import time
 from collections import OrderedDict
 from enum import Enum
@@ -103,6 +104,7 @@ class SimEngine:
         self.speculation: DraftSettings = config.speculation.settings
         # group id -> response index -> tokens it is known to have generated on this engine
         self._progress: OrderedDict[str, dict[int, int]] = OrderedDict()
+        self.weights_version = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -234,6 +236,15 @@ class SimEngine:
     async def release_groups(self, group_ids: list[str]) -> int:
         return sum(self._progress.pop(g, None) is not None for g in group_ids)
 
+    async def update_weights(self, path: str, version: int) -> int:
+        """Simulated weights change no recorded response; the version is reported and what
+        drafting knew of the old policy is dropped."""
+        if not await asyncio.to_thread(os.path.isdir, path):
+            raise ValueError(f"{self.replica_id}: weights path {path!r} is not a directory")
+        self._progress.clear()
+        self.weights_version = version
+        return version
+
     async def abort(self, request_id: str) -> bool:
         k = self._by_request.get(request_id)
         if k is None:
@@ -244,7 +255,7 @@ class SimEngine:
         """Load as of the instance's last event (at most ~5% context growth old)."""
         inst = self._inst
         if inst is None:
-            return EngineLoad(replica_id=self.replica_id)
+            return EngineLoad(replica_id=self.replica_id, weights_version=self.weights_version)
         cap = inst.cost.kv_capacity_tokens
         pulling = sum(1 for c in self._chunks.values() if c.phase is _Phase.PULLING)
         return EngineLoad(
@@ -256,6 +267,7 @@ class SimEngine:
             kv_capacity_tokens=cap,
             prefix_cache_queries=self._queries,
             prefix_cache_hits=self._hits,
+            weights_version=self.weights_version,
         )
 
     # ------------------------------------------------------------------ virtual time

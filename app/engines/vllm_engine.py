@@ -102,6 +102,7 @@ class VllmEngine:
         }
         self._kv_capacity_tokens = 0
         self._running: dict[str, str] = {}  # request_id -> engine request id
+        self.weights_version = 0
         self._start_lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -226,6 +227,24 @@ class VllmEngine:
             return 0
         return int(sum(await self._rpc("seer_release_groups", list(group_ids))))
 
+    async def update_weights(self, path: str, version: int) -> int:
+        """Load the checkpoint in ``path`` in place into every worker (between steps), then
+        drop the prefix cache (its KV was computed by the old weights); group draft indexes go
+        with the weights (see ``SeerWorkerExtension.seer_load_weights``)."""
+        engine = self._require()
+        if self._running:
+            raise RuntimeError(
+                f"{self.replica_id}: {len(self._running)} chunks running; pause dispatch first"
+            )
+        await asyncio.wait_for(
+            engine.collective_rpc("seer_load_weights", args=(path,)),
+            self.config.start_timeout_s,
+        )
+        if not await engine.reset_prefix_cache():
+            raise RuntimeError(f"{self.replica_id}: the prefix cache could not be reset")
+        self.weights_version = version
+        return version
+
     async def score(self, context: list[int], continuation: list[int]) -> list[float]:
         """The target model's logprob of each ``continuation`` token after ``context`` (one
         prefill of ``context + continuation``, no sampling, no speculation)."""
@@ -284,6 +303,7 @@ class VllmEngine:
             preemptions=int(self._stats["preemptions"]),
             draft_tokens=int(self._stats["draft_tokens"]),
             accepted_draft_tokens=int(self._stats["accepted_tokens"]),
+            weights_version=self.weights_version,
         )
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:

@@ -37,6 +37,7 @@ from app.rollout import JobPlan, RequestRun, assemble_group
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
 from app.serve.speculation import SpeculationControl, SpeculationState
+from app.serve.weights import WeightsState, WeightsUpdate
 from app.store.keys import prompt_hash
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
@@ -45,7 +46,7 @@ from core.events import ReplicaLoadSample as LoadSample
 from core.scheduling.estimate import LengthPrior
 from core.scheduling.policies import PolicyPlan
 from core.scheduling.scheduler import Scheduler
-from core.scheduling.types import ChunkDecision, ReplicaSpec
+from core.scheduling.types import ChunkDecision, ReplicaSpec, RequestPhase
 from core.sim.simulator import tail_time
 
 log = logging.getLogger("seer.dispatcher")
@@ -72,6 +73,8 @@ class EngineLinks(Protocol):
     ) -> DraftSettings: ...
 
     async def release_groups(self, replica: int, group_ids: list[str]) -> int: ...
+
+    async def update_weights(self, replica: int, path: str, version: int) -> int: ...
 
 
 class ReplicaState(StrEnum):
@@ -101,6 +104,7 @@ class _Replica:
     failures: deque[float] = field(default_factory=deque)
     error: str | None = None
     load: EngineLoad | None = None
+    syncing: bool = False  # loading the current weights before it rejoins
 
 
 @dataclass
@@ -109,6 +113,7 @@ class _InFlight:
     job: Job
     run: RequestRun
     started: float
+    restart: bool = False  # aborted for a weight update: its tokens are dropped
 
 
 class Dispatcher:
@@ -138,7 +143,8 @@ class Dispatcher:
         self._inbox: deque[Job] = deque()
         self._completed: deque[tuple[_InFlight, ChunkResult | BaseException]] = deque()
         self._in_flight: dict[str, _InFlight] = {}  # request id -> its chunk
-        self._group_job: dict[str, Job] = {}  # group id -> its job, while in the scheduler
+        self._request_job: dict[str, Job] = {}  # request id -> its job, while the job is open
+        self._groups: set[str] = set()  # ids of the groups in the scheduler (not released)
         self._open: set[str] = set()  # ids of jobs not yet terminal
         self._next_expiry = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -146,6 +152,9 @@ class Dispatcher:
         self._idle = asyncio.Event()  # set while no job is open
         self._quiet = asyncio.Event()  # set while no chunk is in flight
         self.accepting = True
+        self.weights = WeightsState(version=0)  # engines start with the configured model
+        self._paused = False  # no chunk is dispatched (a weight update is running)
+        self._closing = False
         self._loop_task: asyncio.Task[None] | None = None
         self._health_task: asyncio.Task[None] | None = None
         self.speculation = SpeculationControl(
@@ -160,6 +169,10 @@ class Dispatcher:
             self._health_task = asyncio.create_task(self._probe_forever())
 
     async def close(self) -> None:
+        # The flag, not only the cancel: on Python 3.11 ``wait_for`` drops a cancellation that
+        # arrives as its awaited event fires, and the loop would then run on forever.
+        self._closing = True
+        self._wake.set()
         for task in (self._loop_task, self._health_task, *self._tasks):
             if task is not None:
                 task.cancel()
@@ -292,6 +305,22 @@ class Dispatcher:
         self._end(job, JobState.CANCELLED, error)
         return self.status(job_id)
 
+    def cancel_all(self, error: str) -> list[str]:
+        """Cancel every open job (``/abort_request`` with ``abort_all``); returns their ids."""
+        ids = sorted(self._open)
+        for job_id in ids:
+            self._end(self.jobs[job_id], JobState.CANCELLED, error)
+        return ids
+
+    def groups_so_far(self, job: Job) -> list[GroupResult]:
+        """Every group of ``job`` in prompt order: finished ones as reported, the others as far
+        as they got (unfinished responses with finish reason ``abort``)."""
+        done = {g.prompt_index: g for g in job.results}
+        return [
+            done.get(g.prompt_index) or assemble_group(g, job.created_at, partial=True)
+            for g in job.plan.groups
+        ]
+
     async def stream(self, job_id: str) -> AsyncIterator[GroupResult]:
         """Every group of the job as it finishes, in completion order, until the job ends."""
         job = self.get(job_id)
@@ -319,18 +348,21 @@ class Dispatcher:
         if job in self._inbox:
             self._inbox.remove(job)
         elif job.state is JobState.RUNNING:
-            held = [g.spec.group_id for g in job.plan.groups if g.spec.group_id in self._group_job]
-            for rid in self.scheduler.cancel(held):
+            held = [g.spec for g in job.plan.groups if g.spec.group_id in self._groups]
+            rids = [rid for spec in held for rid in spec.request_ids]
+            for rid in self.scheduler.cancel_requests(rids):
                 flight = self._in_flight[rid]
                 self._spawn(self._abort(flight.decision.replica, rid))
-            for gid in held:
-                if self.scheduler.group_done(gid):
-                    self._release(gid)
+            for spec in held:  # a joined group goes on while other jobs' requests are open
+                if spec.group_id in self._groups and self.scheduler.group_done(spec.group_id):
+                    self._release(spec.group_id)
         self._finish(job, state, error)
 
     def _finish(self, job: Job, state: JobState, error: str | None = None) -> None:
         job.finish(state, error)
         self._open.discard(job.id)
+        for rid in job.plan.runs:
+            self._request_job.pop(rid, None)
         self.metrics.jobs_total.labels(state.value).inc()
         if state is JobState.DONE:
             self.metrics.last_tail.set(tail_time(job.finish_times))
@@ -351,7 +383,7 @@ class Dispatcher:
 
     def _release(self, group_id: str) -> None:
         self.scheduler.release(group_id)
-        del self._group_job[group_id]
+        self._groups.discard(group_id)
         self.speculation.group_done(group_id)
 
     def _live(self) -> list[int]:
@@ -363,10 +395,114 @@ class Dispatcher:
         """New drafting settings for every replica, live (see ``app.serve.speculation``)."""
         return await self.speculation.set(settings, who, reason, self._live())
 
+    async def update_weights(
+        self, path: str, version: int | None, abort_running: bool = False
+    ) -> WeightsUpdate:
+        """Load new policy weights into every replica between chunks (see
+        ``app.serve.weights``); 409 while another update runs or for a version that does not
+        increase, 504 past ``weight_update_timeout_s``, 503 when no replica loaded them."""
+        w = self.weights
+        if w.updating:
+            raise JobError(409, "a weight update is already running")
+        new = w.version + 1 if version is None else version
+        if new <= w.version:
+            raise JobError(
+                409, f"version={new} must be above the current policy_version={w.version}"
+            )
+        t0 = time.time()
+        deadline = t0 + self.config.weight_update_timeout_s
+        self.weights = w.model_copy(update={"updating": True})
+        self._paused = True
+        aborted = 0
+        try:
+            if abort_running:
+                for rid, flight in self._in_flight.items():
+                    flight.restart = True
+                    aborted += 1
+                    self._spawn(self._abort(flight.decision.replica, rid))
+            if self._in_flight:
+                self._quiet.clear()
+                try:
+                    await asyncio.wait_for(self._quiet.wait(), max(deadline - time.time(), 0))
+                except TimeoutError:
+                    raise JobError(
+                        504,
+                        f"{len(self._in_flight)} chunks still running after "
+                        f"weight_update_timeout_s={self.config.weight_update_timeout_s:g}; "
+                        "weights unchanged (retry with abort_running)",
+                    ) from None
+            t_drained = time.time()
+            restarted = self._restart_partial()
+            live = self._live()
+            outcomes = await asyncio.gather(
+                *(
+                    asyncio.wait_for(
+                        self.links.update_weights(i, path, new), max(deadline - time.time(), 1)
+                    )
+                    for i in live
+                ),
+                return_exceptions=True,
+            )
+            t_loaded = time.time()
+            ok = [
+                i for i, o in zip(live, outcomes, strict=True) if not isinstance(o, BaseException)
+            ]
+            failed = {
+                self.replicas[i].replica_id: repr(o)
+                for i, o in zip(live, outcomes, strict=True)
+                if isinstance(o, BaseException)
+            }
+            if not ok:
+                raise JobError(
+                    503, f"no replica loaded the weights at {path!r}: {failed}; weights unchanged"
+                )
+            for i in live:
+                if i not in ok:
+                    self._set_state(i, ReplicaState.DOWN, f"loading weights v{new} failed")
+            self.weights = WeightsState(version=new, path=path, updated_at=t_loaded)
+            log.info(
+                "policy weights v%d -> v%d from %s (%d restarted)", w.version, new, path, restarted
+            )
+        finally:
+            if self.weights.updating:
+                self.weights = self.weights.model_copy(update={"updating": False})
+            self._paused = False
+            self._wake.set()
+        return WeightsUpdate(
+            version=new,
+            previous_version=w.version,
+            seconds=time.time() - t0,
+            drain_seconds=t_drained - t0,
+            load_seconds=t_loaded - t_drained,
+            restarted_requests=restarted,
+            aborted_chunks=aborted,
+            replicas=[self.replicas[i].replica_id for i in ok],
+            failed_replicas=failed,
+        )
+
+    def _restart_partial(self) -> int:
+        """Start over every unfinished request holding tokens (no chunk is in flight)."""
+        n = 0
+        for job_id in self._open:
+            job = self.jobs[job_id]
+            if job.state is not JobState.RUNNING:
+                continue
+            for rid, run in job.plan.runs.items():
+                if (
+                    run.finish is None
+                    and run.tokens
+                    and self.scheduler.request_phase(rid) is RequestPhase.QUEUED
+                ):
+                    self.scheduler.restart(rid)
+                    job.output_tokens -= len(run.tokens)
+                    run.restart()
+                    n += 1
+        return n
+
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
         tick = min(self.config.health_period_s, 5.0)
-        while True:
+        while not self._closing:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), tick)
             self._wake.clear()
@@ -389,8 +525,9 @@ class Dispatcher:
         if self._pending_plan is None:
             while self._inbox:
                 self._admit(self._inbox.popleft(), now)
-        for d in self.scheduler.schedule():
-            self._start_chunk(d, now)
+        if not self._paused:
+            for d in self.scheduler.schedule():
+                self._start_chunk(d, now)
         if self.speculation.wants_flush:
             self._spawn(self.speculation.flush(self._live()))
         if self._in_flight:
@@ -403,10 +540,20 @@ class Dispatcher:
         return len(self._open)
 
     def _admit(self, job: Job, now: float) -> None:
+        """Put the job's groups in the scheduler; a group whose id is open already (the same
+        ``group_key``) takes the job's requests as siblings."""
         job.policy = self.plan.name
-        self.scheduler.submit(job.plan.specs)
+        new = []
         for g in job.plan.groups:
-            self._group_job[g.spec.group_id] = job
+            spec = g.spec
+            if spec.group_id in self._groups:
+                self.scheduler.join(spec.group_id, spec.request_ids, spec.max_tokens)
+            else:
+                new.append(spec)
+                self._groups.add(spec.group_id)
+            for rid in spec.request_ids:
+                self._request_job[rid] = job
+        self.scheduler.submit(new)
         job.state = JobState.RUNNING
         job.started_at = now
         job.touch()
@@ -414,8 +561,10 @@ class Dispatcher:
             self.sink.emit(_job_started(job, now))
 
     def _start_chunk(self, d: ChunkDecision, now: float) -> None:
-        job = self._group_job[d.group_id]
+        job = self._request_job[d.request_id]
         run = job.plan.runs[d.request_id]
+        if d.generated == 0:
+            run.policy_version = self.weights.version
         flight = _InFlight(d, job, run, now)
         self._in_flight[d.request_id] = flight
         self.metrics.decisions.inc()
@@ -459,7 +608,7 @@ class Dispatcher:
             self._after_request(job, d, finished=False)
             return
         res = outcome
-        if job.state.terminal:  # a cancelled job's chunk reporting back: free its capacity
+        if job.state.terminal or flight.restart:  # cancelled, or cut by a weight update
             s.complete(d.request_id, 0, FinishReason.ABORT)
             self._after_request(job, d, finished=False)
             return
@@ -503,15 +652,18 @@ class Dispatcher:
         self._after_request(job, d, finished)
 
     def _after_request(self, job: Job, d: ChunkDecision, finished: bool) -> None:
+        """Release the scheduler group once all its requests (of every job that joined it) are
+        terminal; report the job's group once all of the job's responses in it are finished."""
         gid = d.group_id
-        if gid not in self._group_job or not self.scheduler.group_done(gid):
-            if finished:
-                job.touch()
+        if gid in self._groups and self.scheduler.group_done(gid):
+            self._release(gid)
+        if job.state.terminal or not finished:
             return
-        self._release(gid)
-        if job.state.terminal:
+        group = job.plan.group(gid)
+        if any(run.finish is None for run in group.runs):
+            job.touch()
             return
-        job.results.append(assemble_group(job.plan.group(gid), job.created_at))
+        job.results.append(assemble_group(group, job.created_at))
         if len(job.results) == len(job.plan.groups):
             self._finish(job, JobState.DONE)
         else:
@@ -589,6 +741,9 @@ class Dispatcher:
                 rep.error = f"health probe failed: {exc!r}"
             return
         rep.load = load
+        if load.weights_version != self.weights.version and not self.weights.updating:
+            self._out_of_date(i, load.weights_version)
+            return
         if self.sink is not None:
             self.sink.emit(
                 LoadSample(
@@ -604,11 +759,37 @@ class Dispatcher:
         if rep.state is not ReplicaState.HEALTHY:
             self._set_state(i, ReplicaState.HEALTHY)
 
+    def _out_of_date(self, i: int, loaded: int) -> None:
+        """Replica i runs weights of another version: out of rotation until it loads ours."""
+        rep = self.replicas[i]
+        if rep.state is ReplicaState.HEALTHY:
+            self._set_state(
+                i, ReplicaState.DOWN, f"runs weights v{loaded}, not v{self.weights.version}"
+            )
+        if not rep.syncing and self.weights.path is not None:
+            rep.syncing = True
+            self._spawn(self._sync_weights(i))
+
+    async def _sync_weights(self, i: int) -> None:
+        rep = self.replicas[i]
+        path, version = self.weights.path, self.weights.version
+        try:
+            assert path is not None
+            await asyncio.wait_for(
+                self.links.update_weights(i, path, version), self.config.weight_update_timeout_s
+            )
+        except Exception as exc:  # noqa: BLE001 - it stays out of rotation; the next probe retries
+            rep.error = f"loading weights v{version} failed: {exc!r}"
+            log.warning("replica %s: %s", rep.replica_id, rep.error)
+        finally:
+            rep.syncing = False
+        await self.probe(i)
+
     async def probe_all(self) -> None:
         await asyncio.gather(*(self.probe(i) for i in range(len(self.replicas))))
 
     async def _probe_forever(self) -> None:
-        while True:
+        while not self._closing:
             await self.probe_all()
             await asyncio.sleep(self.config.health_period_s)
 

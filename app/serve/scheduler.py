@@ -21,6 +21,7 @@ from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
 from app.serve.speculation import SpeculationState
+from app.serve.weights import WeightsState, WeightsUpdate
 from app.store.writer import WriterStats
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
@@ -63,6 +64,9 @@ class ServeLinks:
 
     async def release_groups(self, replica: int, group_ids: list[str]) -> int:
         return int(await self.handles[replica].release_groups.remote(group_ids))
+
+    async def update_weights(self, replica: int, path: str, version: int) -> int:
+        return int(await self.handles[replica].update_weights.remote(path, version))
 
 
 class ServiceHealth(BaseModel):
@@ -123,6 +127,14 @@ class SeerScheduler:
     ) -> SpeculationState:
         return await self.dispatcher.configure_speculation(settings, who, reason)
 
+    async def update_weights(
+        self, path: str, version: int | None, abort_running: bool
+    ) -> WeightsUpdate:
+        return await self.dispatcher.update_weights(path, version, abort_running)
+
+    async def weights(self) -> WeightsState:
+        return self.dispatcher.weights
+
     async def policy(self) -> str:
         return self.dispatcher.policy
 
@@ -143,12 +155,19 @@ class SeerScheduler:
         async for group in self.dispatcher.stream(job_id):
             yield group
 
-    async def wait(self, job_id: str) -> JobOutcome:
+    async def wait(self, job_id: str, partial: bool = False) -> JobOutcome:
+        """The job's groups in prompt order once it is terminal: all of them when DONE; none
+        otherwise, or with ``partial`` those of a CANCELLED job as far as they got (unfinished
+        responses with finish reason ``abort``)."""
         job = await self.dispatcher.wait(job_id)
-        groups = sorted(job.results, key=lambda g: g.prompt_index)
-        if job.state is not JobState.DONE:
-            groups = []
+        groups: list[GroupResult] = []
+        if job.state is JobState.DONE or (partial and job.state is JobState.CANCELLED):
+            groups = self.dispatcher.groups_so_far(job)
         return JobOutcome(status=self.dispatcher.status(job_id), groups=groups)
+
+    async def cancel_all(self, error: str) -> list[str]:
+        """Cancel every open job; returns their ids."""
+        return self.dispatcher.cancel_all(error)
 
     async def health(self) -> ServiceHealth:
         d = self.dispatcher

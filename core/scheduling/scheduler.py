@@ -117,6 +117,7 @@ class Scheduler:
         self._chunk_reserve: list[int] = []
         self._key: list[float] = []  # ordering key of a queued non-probe request, as pushed
         self._oracle: list[int] = []
+        self._cancelled: list[bool] = []  # cancelled one by one (cancel_requests)
         self.oracle_lengths: Sequence[int] | None = None
         # Per-group state.
         self.group_ids: list[str] = []
@@ -212,6 +213,7 @@ class Scheduler:
                 self._chunk_budget.append(0)
                 self._chunk_reserve.append(0)
                 self._key.append(0.0)
+                self._cancelled.append(False)
                 if need_oracle and oracle_lengths is not None:
                     self._oracle.append(oracle_lengths[rid])
                 else:
@@ -266,7 +268,7 @@ class Scheduler:
         trace = self._trace
         if trace is not None:
             trace.chunk_done(request_id, new_tokens, gen, finish_reason.value, self.is_probe[r])
-        if self._group_cancelled[gi]:
+        if self._group_cancelled[gi] or self._cancelled[r]:
             self._terminate(r, _CANCELLED)
             if trace is not None and self._group_open[gi] == 0:
                 trace.group_ended(self.group_ids[gi])
@@ -336,6 +338,90 @@ class Scheduler:
             if self._trace is not None and was_open and self._group_open[gi] == 0:
                 self._trace.group_ended(self.group_ids[gi])
         return running
+
+    def join(self, group_id: str, request_ids: Sequence[str], max_tokens: int) -> None:
+        """Add requests to an open group (siblings that arrive separately, e.g. one agent-loop
+        sample per call): they share the group's length estimate and ordering from then on.
+        The group must be known, not cancelled and not yet done (a done group is released by
+        its owner; later siblings start a new group)."""
+        gi = self._group_index(group_id)
+        if self._group_cancelled[gi] or self._group_open[gi] == 0:
+            state = "cancelled" if self._group_cancelled[gi] else "done"
+            raise ValueError(f"group {group_id!r} is {state}; it cannot take new requests")
+        if not request_ids:
+            raise ValueError(f"join of group {group_id!r} names no request")
+        if max_tokens < 1:
+            raise ValueError(f"join of group {group_id!r}: max_tokens={max_tokens} < 1")
+        if self.config.ordering in ORACLE_ORDERINGS and self.config.divided:
+            raise ValueError(f"ordering {self.config.ordering!r} cannot take joined requests")
+        if len(set(request_ids)) != len(request_ids):
+            raise ValueError(f"join of group {group_id!r} has duplicate request_ids")
+        for rid in request_ids:
+            if rid in self._index:
+                raise ValueError(f"request {rid!r} submitted twice")
+        stats = self.groups[gi]
+        prompt = self._prompt[stats.members[0]]
+        self._group_open[gi] += len(request_ids)
+        self._n_open += len(request_ids)
+        if self._trace is not None:
+            self._trace.joined(group_id, request_ids)
+        for rid in request_ids:
+            r = len(self.request_ids)
+            self.request_ids.append(rid)
+            self._index[rid] = r
+            self.group_of.append(gi)
+            self.generated.append(0)
+            self.phase.append(_QUEUED)
+            self.is_probe.append(False)
+            self._max_tokens.append(max_tokens)
+            self._prompt.append(prompt)
+            self._version.append(0)
+            self._stamp.append(0)
+            self._kv_replica.append(-1)
+            self._chunk_replica.append(-1)
+            self._chunk_budget.append(0)
+            self._chunk_reserve.append(0)
+            self._key.append(0.0)
+            self._cancelled.append(False)
+            self._oracle.append(max_tokens)
+            stats.members.append(r)
+            self._enqueue(r)
+
+    def cancel_requests(self, request_ids: Sequence[str]) -> list[str]:
+        """Cancel single requests (their group goes on): like ``cancel`` for groups, queued
+        ones end at once and the ids of those with a chunk in flight are returned, to be aborted
+        and reported through ``complete``. Requests already terminal are skipped."""
+        running: list[str] = []
+        for rid in request_ids:
+            r = self._lookup(rid)
+            if self._cancelled[r] or self.phase[r] in _TERMINAL:
+                continue
+            self._cancelled[r] = True
+            gi = self.group_of[r]
+            if self.phase[r] is _QUEUED:
+                self._n_queued -= 1
+                self._terminate(r, _CANCELLED)
+                if self._trace is not None and self._group_open[gi] == 0:
+                    self._trace.group_ended(self.group_ids[gi])
+            else:
+                running.append(rid)
+        return running
+
+    def restart(self, request_id: str) -> None:
+        """Start a queued request over from its prompt, forgetting its generated tokens (its
+        group's estimates keep what they learned). For a change of the policy's weights: a
+        response never mixes tokens of two versions."""
+        r = self._lookup(request_id)
+        if self.phase[r] is not _QUEUED:
+            raise ValueError(
+                f"request {request_id!r} is {self.phase[r].value}; only a queued one restarts"
+            )
+        if self.generated[r] == 0:
+            return
+        self.generated[r] = 0
+        self._kv_replica[r] = -1
+        self._n_queued -= 1  # re-enqueued below with a fresh key
+        self._enqueue(r)
 
     def group_done(self, group_id: str) -> bool:
         """True when every request of the group is terminal (finished or cancelled)."""
@@ -560,6 +646,7 @@ class Scheduler:
         self._chunk_reserve = take(self._chunk_reserve)
         self._key = take(self._key)
         self._oracle = take(self._oracle)
+        self._cancelled = take(self._cancelled)
         if self.oracle_lengths is not None:
             self.oracle_lengths = self._oracle
         self._index = {rid: k for k, rid in enumerate(self.request_ids)}

@@ -38,10 +38,18 @@ class EventTrace:
         self.clock = clock
         self._req: dict[str, _Req] = {}
         self._lengths: dict[str, list[int]] = {}
+        self._keys: dict[str, str] = {}  # group id -> prompt key, while the group is open
 
     def submitted(self, group_id: str, prompt_key: str, request_ids: Sequence[str]) -> None:
         now = self.clock()
         self._lengths[group_id] = []
+        self._keys[group_id] = prompt_key
+        for rid in request_ids:
+            self._req[rid] = _Req(group_id, prompt_key, now)
+
+    def joined(self, group_id: str, request_ids: Sequence[str]) -> None:
+        prompt_key = self._keys[group_id]
+        now = self.clock()
         for rid in request_ids:
             self._req[rid] = _Req(group_id, prompt_key, now)
 
@@ -102,4 +110,5 @@ class EventTrace:
 
     def group_ended(self, group_id: str) -> None:
         lengths = self._lengths.pop(group_id)
+        del self._keys[group_id]
         self.sink.emit(GroupFinished(group_id=group_id, at=self.clock(), lengths=tuple(lengths)))

@@ -84,6 +84,11 @@ class FakeLinks:
         self.released[replica] += group_ids
         return await self.engines[replica].release_groups(group_ids)
 
+    async def update_weights(self, replica: int, path: str, version: int) -> int:
+        if replica in self.down:
+            raise ReplicaUnavailable(f"replica-{replica} is restarting")
+        return await self.engines[replica].update_weights(path, version)
+
 
 def _config(**kw: Any) -> ServiceConfig:
     base: dict[str, Any] = {

@@ -1,0 +1,111 @@
+"""Trainer-facing paths of the dispatcher (fake engines): requests of one group arriving in
+separate jobs (``group_key``), and policy weight updates between chunks."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from app.api import JobState
+from app.serve.dispatcher import Dispatcher, ReplicaState
+from app.serve.jobs import JobError
+from tests.app.test_dispatcher import FakeLinks, _config, _plan, _with
+
+
+def test_jobs_with_one_group_key_run_as_one_scheduler_group() -> None:
+    links = FakeLinks(step_s=0.002)
+
+    async def body(d: Dispatcher) -> None:
+        plans = [_plan(f"j{k}", prompts=1, g=1, group_key="q7") for k in range(3)]
+        for p in plans:
+            d.submit(p)
+        await asyncio.sleep(0.005)  # admitted, first chunks running
+        s = d.scheduler
+        assert len(s.groups[s._group_pos["key:q7"]].members) == 3  # one group of three
+        jobs = [await d.wait(p.job_id) for p in plans]
+        assert all(j.state is JobState.DONE for j in jobs), [j.error for j in jobs]
+        assert {j.results[0].group_id for j in jobs} == {"key:q7"}
+        assert not d._groups and not d._request_job  # released once all three ended
+
+    asyncio.run(_with(links, _config(), "seer", body))
+
+
+def test_cancelling_one_job_of_a_shared_group_leaves_the_others() -> None:
+    links = FakeLinks(step_s=0.01)
+
+    async def body(d: Dispatcher) -> None:
+        a = d.submit(_plan("a", prompts=1, g=2, group_key="k", max_tokens=200))
+        b = d.submit(_plan("b", prompts=1, g=2, group_key="k", max_tokens=200))
+        while not d._in_flight:
+            await asyncio.sleep(0.005)
+        d.cancel(a.id)
+        done = await d.wait(b.id)
+        assert done.state is JobState.DONE, done.error
+        assert a.state is JobState.CANCELLED
+        assert [r.index for r in done.results[0].responses] == [0, 1]
+        assert not d._groups
+
+    asyncio.run(_with(links, _config(), "context", body))
+
+
+def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: Path) -> None:
+    links = FakeLinks(step_s=0.005)
+    ckpt = tmp_path / "step-1"
+    ckpt.mkdir()
+
+    async def body(d: Dispatcher) -> None:
+        job = d.submit(_plan("w", prompts=2, g=4, max_tokens=300, sampling={"seed": 3}))
+        while sum(len(r.tokens) for r in job.plan.runs.values()) < 40:
+            await asyncio.sleep(0.005)
+        with pytest.raises(JobError, match="must be above") as bad:
+            await d.update_weights(str(ckpt), 0)
+        assert bad.value.status == 409
+        update = await d.update_weights(str(ckpt), None, abort_running=True)
+        assert update.version == 1 and update.previous_version == 0
+        assert update.restarted_requests > 0 and update.aborted_chunks > 0
+        assert sorted(update.replicas) == ["replica-0", "replica-1"]
+        assert d.weights.version == 1 and d.weights.path == str(ckpt)
+        assert [e.weights_version for e in links.engines] == [1, 1]
+        done = await d.wait("w")
+        assert done.state is JobState.DONE, done.error
+        versions = {r.policy_version for g in done.results for r in g.responses}
+        restarted = [r for r in job.plan.runs.values() if r.restarts]
+        assert restarted and all(r.policy_version == 1 for r in restarted)
+        assert versions <= {0, 1} and 1 in versions
+        # no response mixes versions: a restarted one equals a fresh v1 response of its seed
+        later = d.submit(_plan("w2", prompts=2, g=4, max_tokens=300, sampling={"seed": 3}))
+        fresh = await d.wait(later.id)
+        by_index = {(g.prompt_index, r.index): r for g in fresh.results for r in g.responses}
+        for g in done.results:
+            for r in g.responses:
+                if r.policy_version == 1:
+                    assert r.token_ids == by_index[(g.prompt_index, r.index)].token_ids
+
+    asyncio.run(_with(links, _config(), "context", body))
+
+
+def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: Path) -> None:
+    links = FakeLinks(step_s=0.001)
+    ckpt = tmp_path / "v2"
+    ckpt.mkdir()
+
+    async def body(d: Dispatcher) -> None:
+        links.down.add(1)  # replica 1 misses the update
+        d._set_state(1, ReplicaState.DOWN, "test: restarting")
+        update = await d.update_weights(str(ckpt), 2)
+        assert update.replicas == ["replica-0"]
+        links.down.discard(1)
+        await d.probe_all()  # reports v0 -> out of rotation, loads v2 in the background
+        for _ in range(200):
+            if d.replicas[1].state is ReplicaState.HEALTHY:
+                break
+            await asyncio.sleep(0.01)
+        assert d.replicas[1].state is ReplicaState.HEALTHY
+        assert links.engines[1].weights_version == 2
+        with pytest.raises(JobError, match="no replica loaded"):
+            await d.update_weights(str(tmp_path / "missing"), 3)
+        assert d.weights.version == 2 and not d.weights.updating
+
+    asyncio.run(_with(links, _config(), "divided", body))
