@@ -1,5 +1,8 @@
-"""Seer dashboard: ``streamlit run dashboard/app.py -- [--database-url URL] [--service-url URL]
-[--refresh-s S]`` (see docs/dashboard.md)."""
+"""Seer dashboard: ``streamlit run dashboard/streamlit_app.py -- [--database-url URL]
+[--service-url URL] [--refresh-s S]`` (see docs/dashboard.md).
+
+Not named ``app.py``: Streamlit puts this folder first on ``sys.path``, where a module named
+``app`` would hide the service's ``app`` package."""
 
 from __future__ import annotations
 
