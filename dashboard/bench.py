@@ -26,9 +26,13 @@ def fill(url: str, shape: Shape, seed: int = 0) -> int:
     """Write the synthetic history into ``url`` (schema migrated); returns the rows written."""
     events = history(shape, t0=time.time() - 3600, seed=seed)
     writer = StoreWriter(url, migrate=True).start()
-    for e in events:
-        writer.emit(e)
-    stats = writer.close(timeout=600)
+    step = writer.config.queue_size // 2  # never more than the backlog takes
+    for i in range(0, len(events), step):
+        for e in events[i : i + step]:
+            writer.emit(e)
+        if not writer.wait_for(lambda s: s.pending == 0, timeout=300):
+            raise RuntimeError(f"store not written within 300 s: {writer.stats()}")
+    stats = writer.close(timeout=60)
     if stats.written != len(events):
         raise RuntimeError(f"store filled partly: {stats}")
     return stats.written
