@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
 # Install what is needed (idempotent), prepare the model, start the Seer Serve app in the
-# background with serve_config.yaml, send a demo rollout, print where to look.
-#   ./run.sh         start (or reuse a running app) and send the demo rollout
-#   ./run.sh stop    stop the app
+# background with serve_config.yaml and the dashboard next to it, send a demo rollout, print
+# where to look.
+#   ./run.sh         start (or reuse a running app and dashboard) and send the demo rollout
+#   ./run.sh stop    stop the dashboard and the app
+# SEER_DASHBOARD_PORT (default 8501) moves the dashboard.
 source "$(dirname "$0")/scripts/common.sh"
 cd "$ROOT"
-RUN_DIR="$ROOT/.run"
+RUN_DIR="${SEER_RUN_DIR:-$ROOT/.run}"  # pid files and logs
 PID_FILE="$RUN_DIR/serve.pid"
 LOG="$RUN_DIR/serve.log"
 URL="http://127.0.0.1:8000"
+DASH_PID_FILE="$RUN_DIR/dashboard.pid"
+DASH_LOG="$RUN_DIR/dashboard.log"
+DASH_PORT="${SEER_DASHBOARD_PORT:-8501}"
+DASH_URL="http://127.0.0.1:$DASH_PORT"
 mkdir -p "$RUN_DIR"
 
-running() { [[ -f "$PID_FILE" ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
+alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+running() { alive "$PID_FILE"; }
+
+# stop_pid NAME PID_FILE: SIGTERM, wait up to 60 s, then SIGKILL.
+stop_pid() {
+  if alive "$2"; then
+    say "stopping $1 (pid $(cat "$2"))"
+    kill -TERM "$(cat "$2")"
+    for _ in $(seq 60); do alive "$2" || break; sleep 1; done
+    alive "$2" && kill -KILL "$(cat "$2")"
+  fi
+  rm -f "$2"
+}
 
 if [[ "${1:-}" == "stop" ]]; then
-  if running; then
-    say "stopping Serve app (pid $(cat "$PID_FILE"))"
-    kill -TERM "$(cat "$PID_FILE")"
-    for _ in $(seq 60); do running || break; sleep 1; done
-  fi
-  rm -f "$PID_FILE"
+  stop_pid dashboard "$DASH_PID_FILE"
+  stop_pid "Serve app" "$PID_FILE"
   exit 0
 fi
 
@@ -43,6 +57,23 @@ else
   say "Serve app healthy after $((SECONDS - t0)) s"
 fi
 
+if alive "$DASH_PID_FILE" && curl -fs "$DASH_URL/_stcore/health" >/dev/null 2>&1; then
+  say "dashboard already running (pid $(cat "$DASH_PID_FILE"))"
+else
+  say "starting the dashboard on $DASH_URL; log: $DASH_LOG"
+  nohup "$PY" -m streamlit run dashboard/streamlit_app.py --server.headless true \
+    --server.address 127.0.0.1 --server.port "$DASH_PORT" --browser.gatherUsageStats false \
+    -- --service-url "$URL" >"$DASH_LOG" 2>&1 &
+  echo $! >"$DASH_PID_FILE"
+  t0=$SECONDS
+  until curl -fs "$DASH_URL/_stcore/health" >/dev/null 2>&1; do
+    alive "$DASH_PID_FILE" \
+      || { say "dashboard exited; last lines of $DASH_LOG:"; tail -20 "$DASH_LOG" >&2; exit 1; }
+    (( SECONDS - t0 > 60 )) && { say "dashboard not up after 60 s; see $DASH_LOG"; exit 1; }
+    sleep 1
+  done
+fi
+
 say "sending a demo rollout (8 prompts x G=4 x 64 tokens) ..."
 "$VENV/bin/seer" demo --url "$URL"
 
@@ -52,6 +83,8 @@ cat <<MSG
                 GET  $URL/v1/rollouts/ID   status, GET .../groups NDJSON, DELETE cancels
   API docs      $URL/docs
   Health        GET  $URL/healthz          Metrics  GET $URL/metrics
+  Dashboard     $DASH_URL   (Now, Speculation, History, Tuning; docs/dashboard.md)
   Serve log     $LOG
-  Stop          ./run.sh stop
+  Dashboard log $DASH_LOG
+  Stop          ./run.sh stop   (dashboard and app)
 MSG

@@ -6,6 +6,7 @@ cd "$ROOT"
 t0=$SECONDS
 ensure_venv
 ensure_models >/dev/null
+ensure_chromium
 say "ruff + mypy ..."
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check . >/dev/null || { "$VENV/bin/ruff" format --diff . | head -40; exit 1; }

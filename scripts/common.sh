@@ -51,3 +51,25 @@ ensure_venv() {
 ensure_models() {
   "$VENV/bin/seer" prepare-model
 }
+
+# ensure_chromium: Debian's chromium for the dashboard's browser test (Python playwright drives
+# it through executable_path; never `playwright install`). Root on these machines; ~1 min.
+CHROMIUM="${SEER_CHROMIUM:-/usr/bin/chromium}"
+ensure_chromium() {
+  if [[ -x "$CHROMIUM" ]]; then return; fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "no $CHROMIUM and no apt-get: the dashboard browser test will say so"; return
+  fi
+  local sudo=""
+  [[ "$(id -u)" == 0 ]] || sudo="sudo -n"
+  local t0=$SECONDS log="$ROOT/.run/apt-chromium.log"
+  mkdir -p "$ROOT/.run"
+  say "installing Debian chromium for the dashboard browser test (~1 min; log: $log) ..."
+  if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      chromium >"$log" 2>&1; then
+    $sudo apt-get update >>"$log" 2>&1 || true
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      chromium >>"$log" 2>&1 || { say "apt-get install chromium failed; see $log"; return; }
+  fi
+  say "chromium installed in $((SECONDS - t0)) s ($("$CHROMIUM" --version 2>/dev/null || true))"
+}

@@ -1,0 +1,81 @@
+"""Where the dashboard reads and talks to, and how often it refreshes.
+
+Precedence: command-line arguments (after ``--`` of ``streamlit run``), then environment
+variables, then defaults. The database URL resolves like the service's (``app.store.config``):
+``--database-url``, else ``$SEER_DATABASE_URL``, else the SQLite file in the service's data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.store.config import URL_ENV, check_url, resolve_url
+
+SERVICE_URL_ENV = "SEER_SERVICE_URL"
+REFRESH_ENV = "SEER_DASHBOARD_REFRESH_S"
+DEFAULT_SERVICE_URL = "http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardConfig:
+    database_url: str  # a sqlite or postgresql SQLAlchemy URL (checked)
+    service_url: str  # the Seer service's HTTP base URL, http(s)://...
+    refresh_s: float = 3.0  # live pages re-query every refresh_s seconds, [0.5, 3600]
+    bucket_s: float = 10.0  # time buckets of the speculation charts, [1, 86400]
+    http_timeout_s: float = 3.0  # each call to the service gives up after this, (0, 60]
+    history_jobs: int = 20  # jobs on the History page, [1, 1000]
+    load_window_s: float = 300.0  # replica load shown: this long before the newest sample
+
+    def __post_init__(self) -> None:
+        check_url(self.database_url)
+        if not self.service_url.startswith(("http://", "https://")):
+            raise ValueError(f"service URL {self.service_url!r} must start with http(s)://")
+        _bounded("refresh_s", self.refresh_s, 0.5, 3600)
+        _bounded("bucket_s", self.bucket_s, 1, 86_400)
+        _bounded("http_timeout_s", self.http_timeout_s, 0.001, 60)
+        _bounded("history_jobs", self.history_jobs, 1, 1000)
+        _bounded("load_window_s", self.load_window_s, 1, 86_400)
+
+
+def _bounded(name: str, value: float, lo: float, hi: float) -> None:
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value} must be in [{lo}, {hi}]")
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> DashboardConfig:
+    """The config from ``argv`` (the arguments after ``--``) and ``env`` (default
+    ``os.environ``); ValueError naming the bad value."""
+    env = os.environ if env is None else env
+    p = argparse.ArgumentParser(prog="seer dashboard", exit_on_error=False, add_help=False)
+    p.add_argument("--database-url", default=None)
+    p.add_argument("--service-url", default=env.get(SERVICE_URL_ENV) or DEFAULT_SERVICE_URL)
+    p.add_argument("--refresh-s", type=float, default=_env_float(env, REFRESH_ENV, 3.0))
+    p.add_argument("--bucket-s", type=float, default=10.0)
+    p.add_argument("--history-jobs", type=int, default=20)
+    try:
+        ns, extra = p.parse_known_args(list(argv))
+    except argparse.ArgumentError as exc:
+        raise ValueError(f"dashboard arguments: {exc}") from None
+    if extra:
+        raise ValueError(f"dashboard arguments not understood: {extra}")
+    url = ns.database_url or env.get(URL_ENV) or None
+    return DashboardConfig(
+        database_url=resolve_url(url),
+        service_url=ns.service_url.rstrip("/"),
+        refresh_s=ns.refresh_s,
+        bucket_s=ns.bucket_s,
+        history_jobs=ns.history_jobs,
+    )

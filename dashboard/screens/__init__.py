@@ -1,0 +1,1 @@
+"""The four pages: thin Streamlit layouts over ``dashboard.views``."""

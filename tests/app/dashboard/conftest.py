@@ -1,0 +1,115 @@
+"""Stores and a fake service for the dashboard tests: a SQLite store filled through
+``app.store``'s writer with synthetic history, and an HTTP service on loopback that answers
+like the real one (the real operator rules: bearer token, merge, 422) for ``/healthz`` and
+``/v1/speculation``."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, Header
+
+from app.serve.operator import SpeculationUpdate, authorize, merged_settings
+from app.serve.speculation import ReplicaSpeculation, SpeculationState
+from core.drafting.step_drafter import DraftSettings
+from dashboard.bench import fill
+from dashboard.synthetic import Shape
+from tests.conftest import free_port
+
+SMALL = Shape(jobs=3, groups=8, group_size=4, max_tokens=256, chunk_tokens=32, replicas=2)
+
+
+@pytest.fixture(scope="session")
+def filled_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Three jobs of 8 groups x 4 (the last one half done), one settings change."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('dash') / 'seer.db'}"
+    fill(url, SMALL, seed=1)
+    return url
+
+
+@pytest.fixture
+def empty_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'nothing-here.db'}"
+
+
+class FakeService:
+    """What the dashboard calls, on 127.0.0.1 (uvicorn in a thread)."""
+
+    def __init__(self, token: str) -> None:
+        self.puts: list[tuple[dict[str, Any], str | None, str | None]] = []
+        self.state = SpeculationState(
+            settings=dataclasses.asdict(DraftSettings()),
+            version=0,
+            replicas=[ReplicaSpeculation(replica_id="replica-0", version=0)],
+        )
+        api = FastAPI()
+
+        @api.get("/healthz")
+        def healthz() -> dict[str, Any]:
+            load = {"replica_id": "replica-0", "running": 3, "waiting": 1, "kv_usage": 0.5}
+            return {
+                "status": "ok",
+                "policy": "seer",
+                "accepting": True,
+                "open_jobs": 1,
+                "replicas": [{"replica_id": "replica-0", "state": "healthy", "load": load}],
+            }
+
+        @api.get("/v1/speculation")
+        def get_spec() -> SpeculationState:
+            return self.state
+
+        @api.put("/v1/speculation")
+        def put_spec(
+            update: SpeculationUpdate,
+            authorization: str | None = Header(None),
+            x_operator: str | None = Header(None),
+        ) -> SpeculationState:
+            authorize(token, authorization)
+            new = merged_settings(DraftSettings(**self.state.settings), update)
+            self.puts.append((update.settings, x_operator, update.reason))
+            self.state = self.state.model_copy(
+                update={
+                    "settings": dataclasses.asdict(new),
+                    "version": self.state.version + 1,
+                    "updated_by": x_operator,
+                    "reason": update.reason,
+                }
+            )
+            return self.state
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = uvicorn.Config(api, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(cfg)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("fake service did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def fake_service() -> Iterator[FakeService]:
+    svc = FakeService(token="s3cret")
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture
+def down_url() -> str:
+    """A loopback port nobody listens on."""
+    return f"http://127.0.0.1:{free_port()}"
