@@ -146,6 +146,13 @@ def _http_error(response: httpx.Response) -> SeerHTTPError:
     )
 
 
+#: Request fields that ``submit`` sets itself: its arguments, and ``wait`` (always false: a job).
+_ARGUMENTS = frozenset(
+    ("prompts", "group_size", "max_tokens", "sampling", "prompt_ids", "iteration", "logprobs",
+     "chat_template", "policy", "wait")
+)  # fmt: skip
+
+
 def _rollout_body(
     prompts: Sequence[Prompt],
     group_size: int,
@@ -159,19 +166,21 @@ def _rollout_body(
     extra: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /v1/rollouts``, validated by the service's own schema first
-    (a bad argument raises pydantic's ``ValidationError`` naming it, before any request)."""
+    (a bad argument raises pydantic's ``ValidationError`` naming it, before any request).
+    ``extra``: request fields without an argument of their own (never one that has one)."""
     fields: dict[str, Any] = {
         "prompts": list(prompts),
         "group_size": group_size,
         "max_tokens": max_tokens,
         "logprobs": logprobs,
         "chat_template": chat_template,
-        **(extra or {}),
     }
+    for name, value in (extra or {}).items():
+        if name in _ARGUMENTS:
+            raise ValueError(f"extra field {name!r} is set by submit itself (an argument or wait)")
+        fields[name] = value
     if sampling is not None:
-        fields["sampling"] = (
-            sampling if isinstance(sampling, SamplingParams) else SamplingParams(**sampling)
-        )
+        fields["sampling"] = dict(sampling) if isinstance(sampling, Mapping) else sampling
     if prompt_ids is not None:
         fields["prompt_ids"] = list(prompt_ids)
     if iteration is not None:

@@ -172,8 +172,12 @@ def test_errors_carry_status_and_the_server_s_detail(client: SeerClient) -> None
     assert exc.value.status_code == 422 and "2 prompt_ids for 1 prompts" in str(exc.value)
     with pytest.raises(ValidationError, match="group_size"):  # caught before any request
         client.submit(["a"], 0, 4)
-    with pytest.raises(ValidationError, match="wait"):
-        client.submit(["a"], 1, 4, extra={"wait": "yes"})
+    with pytest.raises(ValidationError, match="sampling.temperature"):
+        client.submit(["a"], 1, 4, sampling={"temperature": "hot"})
+    with pytest.raises(ValidationError, match="unknown"):  # the service's schema forbids it
+        client.submit(["a"], 1, 4, extra={"unknown": 1})
+    with pytest.raises(ValueError, match="'group_size' is set by submit"):
+        client.submit(["a"], 1, 4, extra={"group_size": 2})
 
 
 def test_429_carries_retry_after_and_the_opt_in_retry_honours_it(
