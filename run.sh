@@ -46,14 +46,27 @@ else
   say "starting Serve app (serve_config.yaml); log: $LOG"
   nohup "$VENV/bin/seer" serve --config serve_config.yaml >"$LOG" 2>&1 &
   echo $! >"$PID_FILE"
+  # Every ~10 s: elapsed time and the serve log's last line worth showing (which deployment
+  # starts, what the engine loads), without colours, Ray/vLLM prefixes or health-check chatter.
+  last_event() {
+    sed -E -e 's/\x1b\[[0-9;]*m//g' \
+           -e 's/^\((ServeReplica:[^:]*:)?([^ ]+) pid=[0-9]+\) (\([^)]* pid=[0-9]+\) )?/\2: /' \
+           -e 's/(INFO|WARNING|ERROR) [0-9-]+ [0-9:,]+ [^ ]+ [0-9a-z]+ ([0-9a-f-]+ )?-- //' \
+           -e 's/(INFO|WARNING|ERROR) [0-9-]+ [0-9:.]+ \[[^]]*\] //' "$LOG" 2>/dev/null \
+      | grep -v -E 'healthz|CALL (health|load)|GET / |endpoints|LongPoll|queue length|caused by a slow|Warning|hasattr|lookup\(|^[^ ]*:? *$' \
+      | tail -1 | cut -c1-110 || true
+  }
   t0=$SECONDS
+  shown=$t0
   until curl -fs "$URL/healthz" >/dev/null 2>&1; do
     running || { say "Serve app exited; last lines of $LOG:"; tail -30 "$LOG" >&2; exit 1; }
     (( SECONDS - t0 > 600 )) && { say "Serve app not healthy after 600 s; see $LOG"; exit 1; }
     sleep 3
-    printf '.' >&2
+    if (( SECONDS - shown >= 10 )); then
+      shown=$SECONDS
+      say "starting ($((SECONDS - t0)) s; ~2 min on 2 CPU cores): $(last_event)"
+    fi
   done
-  echo >&2
   say "Serve app healthy after $((SECONDS - t0)) s"
 fi
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import typer
-
 from app.commands import db, demo, e2e, exactness, models, replay, serve, simulate
+from app.commands.help import SeerTyper
 
-cli = typer.Typer(
+HELP = """Seer rollout service for RL training: a trainer sends a batch of prompts and gets
+back, for every prompt, a group of sampled responses (text, token ids, logprobs), over HTTP.
+
+Start it with `seer serve` (what ./run.sh does), try it with `seer demo`; the other commands
+are benchmarks and maintenance. `seer COMMAND --help` documents each one."""
+
+cli = SeerTyper(
     name="seer",
-    help="Seer rollout service: fast grouped rollouts for synchronous LLM RL.",
+    help=HELP,
     no_args_is_help=True,
     add_completion=False,
 )
@@ -16,7 +21,7 @@ cli = typer.Typer(
 
 @cli.callback()
 def _root() -> None:
-    """Seer rollout service: fast grouped rollouts for synchronous LLM RL."""
+    """The ``seer`` command group (its help is ``HELP``)."""
 
 
 models.register(cli)

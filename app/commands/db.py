@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-db = typer.Typer(
+from app.commands.help import SeerTyper
+
+db = SeerTyper(
     name="db",
     help="History store migrations (SQLite by default, Postgres by URL).",
     no_args_is_help=True,
@@ -42,7 +44,7 @@ def _fail(what: str, url: str, exc: Exception) -> typer.Exit:
 
 @db.command("upgrade")
 def upgrade(
-    revision: Annotated[str, typer.Argument(help="target revision")] = "head",
+    revision: Annotated[str, typer.Argument(metavar="REVISION", help="target revision")] = "head",
     url: UrlOption = None,
 ) -> None:
     """Apply pending migrations up to REVISION (default: the newest)."""
@@ -78,7 +80,9 @@ def current(url: UrlOption = None) -> None:
 
 @db.command("downgrade")
 def downgrade(
-    revision: Annotated[str, typer.Argument(help="target revision, or 'base' for empty")],
+    revision: Annotated[
+        str, typer.Argument(metavar="REVISION", help="target revision, or 'base' for empty")
+    ],
     url: UrlOption = None,
 ) -> None:
     """Revert migrations down to REVISION ('base' drops every store table)."""

@@ -12,10 +12,12 @@ from app.prompts import DEMO_PROMPTS
 
 def demo(
     url: Annotated[str, typer.Option(help="base URL of the service")] = "http://127.0.0.1:8000",
-    prompts: Annotated[int, typer.Option(min=1, max=len(DEMO_PROMPTS))] = 8,
-    group_size: Annotated[int, typer.Option(min=1, max=256)] = 4,
-    max_tokens: Annotated[int, typer.Option(min=1)] = 64,
-    temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
+    prompts: Annotated[
+        int, typer.Option(min=1, max=len(DEMO_PROMPTS), help="how many built-in prompts")
+    ] = 8,
+    group_size: Annotated[int, typer.Option(min=1, max=256, help="responses per prompt (G)")] = 4,
+    max_tokens: Annotated[int, typer.Option(min=1, help="cap on tokens per response")] = 64,
+    temperature: Annotated[float, typer.Option(min=0.0, help="0 = greedy")] = 1.0,
     policy: Annotated[
         str | None,
         typer.Option(help="policy the service must be running (422 otherwise; default: any)"),

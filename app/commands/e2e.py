@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-DEFAULT_POLICIES = "verl,divided,context,seer"
+DEFAULT_POLICIES = "verl, divided, context, seer"
 
 
 @dataclass(frozen=True, slots=True)

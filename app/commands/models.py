@@ -11,7 +11,7 @@ import typer
 def prepare_model(
     models: Annotated[
         str, typer.Option(help="comma-separated: smollm2-135m-instruct, tiny-llama")
-    ] = "smollm2-135m-instruct,tiny-llama",
+    ] = "smollm2-135m-instruct, tiny-llama",
     cache_dir: Annotated[
         Path | None,
         typer.Option(help="cache folder (default: $SEER_CACHE_DIR or ~/.cache/seer)"),

@@ -70,11 +70,12 @@ def report_table(file: str, report: ReplayReport) -> str:
 
 def replay(
     file: Annotated[
-        Path, typer.Argument(help="recorded rollouts, gzip JSONL (one group per line)")
+        Path,
+        typer.Argument(metavar="FILE", help="recorded rollouts, gzip JSONL (one group per line)"),
     ],
     k: Annotated[
         str, typer.Option("--k", help="comma-separated draft budgets (tokens per step)")
-    ] = ",".join(map(str, DEFAULT_KS)),
+    ] = ", ".join(map(str, DEFAULT_KS)),
     methods: Annotated[
         str,
         typer.Option(
@@ -82,7 +83,7 @@ def replay(
             "(suffix automaton of the request's own text), grouped (all siblings), "
             "grouped-tree2 / grouped-tree4 (multi-path, width 2 / 4)"
         ),
-    ] = ",".join(DEFAULT_METHODS),
+    ] = ", ".join(DEFAULT_METHODS),
     protocol: Annotated[
         str,
         typer.Option(

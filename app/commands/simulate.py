@@ -15,7 +15,7 @@ from core.scheduling.policies import POLICIES
 if TYPE_CHECKING:
     from core.sim.report import SimulationReport
 
-DEFAULT_POLICIES = "verl,divided,context,seer,oracle"
+DEFAULT_POLICIES = "verl, divided, context, seer, oracle"
 
 
 def simulate(

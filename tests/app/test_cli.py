@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from app.cli import cli
@@ -24,6 +27,56 @@ def test_help_of_every_command(command: str) -> None:
     result = CliRunner().invoke(cli, [command, "--help"])
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command line that has its own help: the root, each command, each sub-command."""
+    paths: list[list[str]] = []
+
+    def walk(path: list[str], command: Any) -> None:
+        paths.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk([*path, name], sub)
+
+    walk([], typer.main.get_command(cli))
+    return paths
+
+
+def _help(path: list[str], columns: int) -> str:
+    result = CliRunner().invoke(cli, [*path, "--help"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "seer")
+def test_help_reads_well_at_80_columns(path: list[str]) -> None:
+    """No type tag on flags that take no value, no ``{arg}`` in the usage line, nothing cut
+    off with an ellipsis, and help text wrapped to the terminal, not at the source's line
+    breaks (at 1000 columns every paragraph of the command's help, and the first of each
+    command a group lists, is one line)."""
+    text = _help(path, 80)
+    usage = next(line for line in text.splitlines() if "Usage:" in line)
+    assert "<bool>" not in text and "{" not in usage and "\u2026" not in text, text
+    wide = _help(path, 1000)
+    command: Any = typer.main.get_command(cli)
+    for name in path:
+        command = command.commands[name]
+    paragraphs = inspect.cleandoc(command.help or "").split("\n\n")
+    for sub in getattr(command, "commands", {}).values():  # a group lists its commands' first
+        paragraphs.append(inspect.cleandoc(sub.help or "").split("\n\n")[0])
+    for paragraph in paragraphs:
+        words = " ".join(paragraph.replace("`", "").split())
+        assert any(words in line for line in wide.splitlines()), (words, wide)
+
+
+def test_replay_usage_and_the_methods_default_in_full() -> None:
+    from core.drafting.benchmark import DEFAULT_METHODS
+
+    text = _help(["replay"], 80)
+    assert "Usage: seer replay [OPTIONS] FILE" in text
+    flat = " ".join(text.replace("\u2502", " ").split())  # the panel's borders out
+    assert f"[default: {', '.join(DEFAULT_METHODS)}]" in flat, flat
+    assert "Usage: seer db upgrade [OPTIONS] [REVISION]" in _help(["db", "upgrade"], 80)
 
 
 def test_console_script_installed() -> None:
