@@ -35,7 +35,7 @@ import httpx
 
 from app.api import GroupResult, JobAccepted, JobState, JobStatus, RolloutRequest
 from app.serve.speculation import SpeculationState  # pydantic only (checked by the tests)
-from app.serve.weights import WeightsUpdate  # pydantic only (checked by the tests)
+from app.serve.weights import WeightsState, WeightsUpdate  # pydantic only (checked by the tests)
 from core.engine import SamplingParams
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -420,6 +420,10 @@ class SeerClient(_Settings):
         its state and load. Returned also for the 503 of an unavailable service."""
         return _health(self._request("GET", "/healthz", allow=(503,)))
 
+    def weights(self) -> WeightsState:
+        """The policy version new tokens are sampled with (``GET /v1/weights``)."""
+        return WeightsState.model_validate(self._request("GET", "/v1/weights").json())
+
     def get_speculation(self) -> SpeculationState:
         """Grouped-drafting settings, their version, and the version each replica runs."""
         return SpeculationState.model_validate(self._request("GET", "/v1/speculation").json())
@@ -616,6 +620,11 @@ class AsyncSeerClient(_Settings):
     async def health(self) -> dict[str, Any]:
         """See ``SeerClient.health``."""
         return _health(await self._request("GET", "/healthz", allow=(503,)))
+
+    async def weights(self) -> WeightsState:
+        """See ``SeerClient.weights``."""
+        r = await self._request("GET", "/v1/weights")
+        return WeightsState.model_validate(r.json())
 
     async def get_speculation(self) -> SpeculationState:
         """See ``SeerClient.get_speculation``."""

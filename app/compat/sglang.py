@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.api import GroupResult, RolloutRequest
-from app.compat.stop import cut_at_stop
+from app.compat.stop import cut_at_stop, cut_at_stop_token
 from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE
 
@@ -35,7 +35,9 @@ class SGLangSampling(BaseModel):
     top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1: disabled")
     n: int = Field(1, ge=1, le=256, description="samples per prompt (the group size)")
     stop: str | list[str] | None = Field(None, description="stop strings (up to 16)")
+    stop_token_ids: list[int] | None = Field(None, max_length=64)
     no_stop_trim: bool = Field(False, description="keep the matched stop string in the text")
+    spaces_between_special_tokens: bool = Field(True, description="accepted, not used")
     sampling_seed: int | None = Field(None, ge=0, lt=SEED_SPACE)
     skip_special_tokens: Literal[True] = True
 
@@ -133,12 +135,13 @@ def generate_response(
     out: list[dict[str, Any]] = []
     for g in groups:
         for r in g.responses:
-            cut = cut_at_stop(
-                r.token_ids, r.logprobs, decode(r.token_ids), p.stops(), decode, p.no_stop_trim
-            )
+            ids, lps, stop_id = cut_at_stop_token(r.token_ids, r.logprobs, p.stop_token_ids or [])
+            cut = cut_at_stop(ids, lps, decode(ids), p.stops(), decode, p.no_stop_trim)
             n = len(cut.token_ids)
             if cut.matched is not None:
                 finish: dict[str, Any] = {"type": "stop", "matched": cut.matched}
+            elif stop_id is not None:
+                finish = {"type": "stop", "matched": stop_id}
             elif r.finish_reason == "length":
                 finish = {"type": "length", "length": n}
             elif r.finish_reason == "abort":

@@ -47,3 +47,19 @@ def cut_at_stop(
         text[:end],
         matched,
     )
+
+
+def cut_at_stop_token(
+    token_ids: Sequence[int], logprobs: Sequence[float] | None, stop_ids: Sequence[int]
+) -> tuple[list[int], list[float] | None, int | None]:
+    """The response up to and including the first token in ``stop_ids`` (and that token;
+    None: no cut)."""
+    stops = set(stop_ids)
+    for i, t in enumerate(token_ids):
+        if t in stops:
+            return (
+                list(token_ids[: i + 1]),
+                None if logprobs is None else list(logprobs[: i + 1]),
+                t,
+            )
+    return list(token_ids), None if logprobs is None else list(logprobs), None
