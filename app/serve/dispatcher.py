@@ -764,10 +764,13 @@ class Dispatcher:
     def _out_of_date(self, i: int, loaded: int) -> None:
         """Replica i runs weights of another version: out of rotation until it loads ours."""
         rep = self.replicas[i]
+        why = f"runs weights v{loaded}, not v{self.weights.version}"
+        if self.weights.path is None:  # nothing to load: the service itself started over
+            why += " (the scheduler restarted after a weight update: POST /v1/weights again)"
         if rep.state is ReplicaState.HEALTHY:
-            self._set_state(
-                i, ReplicaState.DOWN, f"runs weights v{loaded}, not v{self.weights.version}"
-            )
+            self._set_state(i, ReplicaState.DOWN, why)
+        else:
+            rep.error = why
         if not rep.syncing and self.weights.path is not None:
             rep.syncing = True
             self._spawn(self._sync_weights(i))
