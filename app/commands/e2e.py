@@ -7,6 +7,16 @@ draws for the same workload, scale and seed), the same instance count and the sa
 base config (the service's ``chunk_tokens``, no rebalancing); the e2e side measures wall time on
 real Ray Serve, the simulator virtual time. ``time_scale`` converts: an e2e run that follows the
 algorithm the simulator predicts has ``e2e throughput x time_scale`` close to the simulator's.
+
+Iterations (``iterations`` = N > 1): every policy submits the same prompts N times (stable
+``prompt_ids`` ``p0..``, ``iteration`` 0..N-1) with the history store on a fresh SQLite file of
+its own, so ``context-prior`` reads the lengths its earlier iterations recorded. Iteration e runs
+the sim engines at ``SimConfig.epoch`` = e: the prompts' latent lengths are kept and responses
+redrawn (``core.sim.epochs``), so a prompt's lengths vary across iterations but stay correlated,
+as in RL. The simulator side of iteration e runs the same epoch's lengths, with the prior (for a
+policy that uses one) set to exactly the lengths the store held when iteration e was submitted.
+Iteration e of every policy runs the same lengths, so ratios compare policies within an
+iteration. The report's ``policies`` stay iteration 0's figures.
 """
 
 from __future__ import annotations
@@ -38,6 +48,20 @@ class E2EResult:
 
 
 @dataclass(frozen=True, slots=True)
+class IterationResult:
+    """One policy in one iteration; ``recorded_prompts``: prompts with lengths in the store
+    when the iteration was submitted; ``prior_found``: prompts the service's length prior found
+    with a recorded history (``seer_length_prior_prompts{result="found"}``, 0 for a policy
+    without a prior); ``prior_lengths``: recorded lengths per prompt the prior held (mean)."""
+
+    iteration: int
+    result: E2EResult
+    recorded_prompts: int
+    prior_found: int
+    prior_lengths: float
+
+
+@dataclass(frozen=True, slots=True)
 class E2EReport:
     workload: str
     scale: float
@@ -45,6 +69,40 @@ class E2EReport:
     time_scale: float
     requests: int
     results: dict[str, E2EResult]
+    iterations: dict[str, list[IterationResult]] = dataclasses.field(default_factory=dict)
+
+    def iterations_json(self) -> list[dict[str, Any]]:
+        """Per iteration, per policy: wall and sim makespan, tail, ratios vs verl of the same
+        iteration (throughput; every policy of an iteration runs the same lengths), prior use."""
+        count = max((len(v) for v in self.iterations.values()), default=0)
+        out: list[dict[str, Any]] = []
+        for e in range(count):
+            rows = {name: its[e] for name, its in self.iterations.items() if len(its) > e}
+            base = rows.get("verl")
+            pols: dict[str, Any] = {}
+            for name, it in rows.items():
+                r = it.result
+                row: dict[str, Any] = {
+                    "makespan_s": r.makespan_s,
+                    "tail_s": r.tail_s,
+                    "throughput_tok_s": r.throughput_tok_s,
+                    "sim_makespan_s": r.sim_makespan_s,
+                    "sim_tail_s": r.sim_tail_s,
+                    "sim_throughput_tok_s": r.sim_throughput_tok_s,
+                    "virtual_makespan_s": r.makespan_s / self.time_scale,
+                    "requests": r.requests,
+                    "output_tokens": r.output_tokens,
+                    "recorded_prompts": it.recorded_prompts,
+                    "prior_found": it.prior_found,
+                    "prior_lengths": it.prior_lengths,
+                }
+                if base is not None:
+                    b = base.result
+                    row["x_verl"] = r.throughput_tok_s / b.throughput_tok_s
+                    row["sim_x_verl"] = r.sim_throughput_tok_s / b.sim_throughput_tok_s
+                pols[name] = row
+            out.append({"iteration": e, "policies": pols})
+        return out
 
     def to_json(self) -> dict[str, Any]:
         base = self.results.get("verl")
@@ -58,7 +116,7 @@ class E2EReport:
                 row["sim_x_verl"] = r.sim_throughput_tok_s / base.sim_throughput_tok_s
                 row["agreement"] = row["x_verl"] / row["sim_x_verl"]
             out[name] = row
-        return {
+        data: dict[str, Any] = {
             "workload": self.workload,
             "scale": self.scale,
             "replicas": self.replicas,
@@ -66,6 +124,9 @@ class E2EReport:
             "requests": self.requests,
             "policies": out,
         }
+        if self.iterations:
+            data["iterations"] = self.iterations_json()
+        return data
 
     def table(self) -> str:
         data = self.to_json()["policies"]
@@ -83,7 +144,34 @@ class E2EReport:
                 f"{name:<10}{r['throughput_tok_s']:>11.0f}{r['makespan_s']:>11.1f}"
                 f"{r['tail_s']:>8.1f}{xv:>8}{r['sim_throughput_tok_s']:>11.0f}{sx:>11}{ag:>9}"
             )
+        if self.iterations:
+            lines += [
+                "",
+                "iterations of the same prompts (store on, fresh per policy; sim epoch = "
+                "iteration; x verl of the same iteration; prior: prompts found / mean lengths)",
+                f"{'policy':<14}{'iter':>5}{'makespan s':>11}{'tail s':>8}{'x verl':>8}"
+                f"{'sim makespan':>13}{'sim tail':>9}{'sim x verl':>11}{'prior':>13}",
+            ]
+            for it in self.iterations_json():
+                for name, r in it["policies"].items():
+                    xv = f"{r['x_verl']:.3f}" if "x_verl" in r else "-"
+                    sx = f"{r['sim_x_verl']:.3f}" if "sim_x_verl" in r else "-"
+                    pr = f"{r['prior_found']} / {r['prior_lengths']:.1f}"
+                    lines.append(
+                        f"{name:<14}{it['iteration']:>5}{r['makespan_s']:>11.1f}"
+                        f"{r['tail_s']:>8.1f}{xv:>8}{r['sim_makespan_s']:>13.0f}"
+                        f"{r['sim_tail_s']:>9.0f}{sx:>11}{pr:>13}"
+                    )
         return "\n".join(lines)
+
+
+def _prior_found(metrics_text: str) -> int:
+    """``seer_length_prior_prompts_total{result="found"}`` of a ``GET /metrics`` page (0 when
+    absent)."""
+    for line in metrics_text.splitlines():
+        if line.startswith('seer_length_prior_prompts_total{result="found"}'):
+            return int(float(line.split()[-1]))
+    return 0
 
 
 def run_e2e(
@@ -96,8 +184,12 @@ def run_e2e(
     chunk_tokens: int,
     port: int,
     say: Any = print,
+    iterations: int = 1,
 ) -> E2EReport:
-    """Start Ray + Serve, run each policy on the workload, stop; see the module invariant."""
+    """Start Ray + Serve, run each policy on the workload (``iterations`` times over the same
+    prompts, see the module docstring), stop; see the module invariant."""
+    import tempfile
+
     import httpx
     import ray
     from ray import serve
@@ -106,12 +198,21 @@ def run_e2e(
     from app.engines.config import SimConfig
     from app.engines.sim_workload import sim_workload
     from app.serve.builder import build_app
+    from core.scheduling import DictLengthPrior, get_policy
+    from core.sim.epochs import epoch_workload
     from core.sim.simulator import simulate, tail_time
 
+    if iterations < 1:
+        raise ValueError(f"iterations={iterations} must be >= 1")
     sim = SimConfig(workload=workload, scale=scale, seed=seed, time_scale=time_scale)
+    if iterations > 1 and workload.startswith("replay:"):
+        raise ValueError(
+            "--iterations > 1 needs a preset workload (replay:FILE has no latent lengths)"
+        )
     w = sim_workload(sim)
     requests = w.groups * w.group_size
     prompts = [w.prompt(g) for g in range(w.groups)]
+    prompt_ids = [f"p{g}" for g in range(w.groups)]  # the simulator's prompt keys
     args: dict[str, Any] = {
         "num_replicas": replicas,
         "replica_num_cpus": 0.1,
@@ -133,18 +234,20 @@ def run_e2e(
     for p in policies:
         AppConfig.model_validate({**args, "policy": p})  # every name checked before Ray starts
     service = AppConfig.model_validate(args).service()
+    prior_limit = service.store.prior_limit
     # the simulator on the same lengths, instance count and scheduler settings
     work = dataclasses.replace(w.work, spec=dataclasses.replace(w.work.spec, instances=replicas))
+    tmp = tempfile.TemporaryDirectory(prefix="seer-e2e-") if iterations > 1 else None
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     results: dict[str, E2EResult] = {}
+    per_iter: dict[str, list[IterationResult]] = {}
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         url = f"http://127.0.0.1:{port}"
         client = httpx.Client(base_url=url, timeout=None)
-        for policy in policies:
-            serve.run(
-                build_app({**args, "policy": policy}), name="seer", route_prefix="/", blocking=False
-            )
+
+        def deploy(app_args: dict[str, Any], policy: str) -> None:
+            serve.run(build_app(app_args), name="seer", route_prefix="/", blocking=False)
             deadline = time.monotonic() + 600
             while True:
                 try:
@@ -153,13 +256,14 @@ def run_e2e(
                         policy,
                         "ok",
                     ):
-                        break
+                        return
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the app did not become healthy with policy {policy}")
                 time.sleep(0.5)
-            say(f"{policy}: {requests} requests on {replicas} sim replicas ...")
+
+        def rollout(policy: str, extra: dict[str, Any]) -> tuple[list[float], int, int]:
             r = client.post(
                 "/v1/rollouts",
                 json={
@@ -169,31 +273,103 @@ def run_e2e(
                     "logprobs": False,
                     "chat_template": False,
                     "wait": True,
+                    **extra,
                 },
             )
             if r.status_code != 200:
                 raise RuntimeError(f"policy {policy}: HTTP {r.status_code}: {r.text[:1000]}")
             resp = [x for g in r.json()["groups"] for x in g["responses"]]
-            ends = [x["finished_after_s"] for x in resp]
-            tokens = sum(x["length"] for x in resp)
+            return [x["finished_after_s"] for x in resp], sum(x["length"] for x in resp), len(resp)
+
+        def result(policy: str, ends: list[float], tokens: int, n: int, s: Any) -> E2EResult:
             makespan = max(ends)
-            say(f"{policy}: simulating the same workload ...")
-            s = simulate(work, w.cost, policy, base=service.scheduler_base())
-            results[policy] = E2EResult(
+            return E2EResult(
                 policy=policy,
                 throughput_tok_s=tokens / makespan,
                 makespan_s=makespan,
                 tail_s=tail_time(ends),
-                requests=len(resp),
+                requests=n,
                 output_tokens=tokens,
                 sim_throughput_tok_s=s.throughput_tok_s,
                 sim_makespan_s=s.makespan_s,
                 sim_tail_s=s.tail_s,
             )
+
+        for policy in policies:
+            if iterations == 1:
+                deploy({**args, "policy": policy}, policy)
+                say(f"{policy}: {requests} requests on {replicas} sim replicas ...")
+                ends, tokens, n = rollout(policy, {})
+                say(f"{policy}: simulating the same workload ...")
+                s = simulate(work, w.cost, policy, base=service.scheduler_base())
+                results[policy] = result(policy, ends, tokens, n, s)
+                continue
+            assert tmp is not None
+            from sqlalchemy.exc import OperationalError
+
+            from app.store.reader import StoreReader, StoreUnavailable
+
+            db = f"sqlite:///{tmp.name}/{policy}.db"  # fresh per policy: no shared history
+            reader = StoreReader(db)
+            uses_prior = get_policy(policy).uses_prior
+            per_iter[policy] = []
+            try:
+                for e in range(iterations):
+                    app_args = {
+                        **args,
+                        "policy": policy,
+                        "store": {"enabled": True, "database_url": db},
+                        "engine": {**args["engine"], "sim": {**args["engine"]["sim"], "epoch": e}},
+                    }
+                    deploy(app_args, policy)
+                    # what the store holds now (iterations 0..e-1; wait for their last writes)
+                    want = min(w.group_size * e, prior_limit)
+                    deadline = time.monotonic() + 120
+                    while True:
+                        try:
+                            recorded = reader.recent_lengths_many(prompt_ids, prior_limit)
+                        except (StoreUnavailable, OperationalError):  # no file / tables yet
+                            recorded = {}
+                        short = [k for k in prompt_ids if len(recorded.get(k, [])) < want]
+                        if not short:
+                            break
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(
+                                f"policy {policy}: iteration {e}: the store holds fewer than "
+                                f"{want} lengths for {len(short)} prompts"
+                            )
+                        time.sleep(0.5)
+                    found0 = _prior_found(client.get("/metrics").text)
+                    say(f"{policy}: iteration {e}: {requests} requests on {replicas} replicas ...")
+                    ends, tokens, n = rollout(policy, {"prompt_ids": prompt_ids, "iteration": e})
+                    found = _prior_found(client.get("/metrics").text) - found0
+                    say(f"{policy}: iteration {e}: simulating the same lengths ...")
+                    we = epoch_workload(work, e, seed)
+                    prior = DictLengthPrior({k: v for k, v in recorded.items() if v})
+                    s = simulate(
+                        we,
+                        w.cost,
+                        policy,
+                        base=service.scheduler_base(),
+                        prior=prior if uses_prior else None,
+                    )
+                    res = result(policy, ends, tokens, n, s)
+                    mean_len = sum(len(v) for v in recorded.values()) / len(prompt_ids)
+                    per_iter[policy].append(
+                        IterationResult(
+                            e, res, sum(1 for v in recorded.values() if v), found, mean_len
+                        )
+                    )
+                    if e == 0:
+                        results[policy] = res
+            finally:
+                reader.close()
     finally:
         serve.shutdown()
         ray.shutdown()
-    return E2EReport(workload, scale, replicas, time_scale, requests, results)
+        if tmp is not None:
+            tmp.cleanup()
+    return E2EReport(workload, scale, replicas, time_scale, requests, results, per_iter)
 
 
 def e2e(
@@ -216,6 +392,15 @@ def e2e(
     seed: Annotated[int, typer.Option(min=0, help="seed of the workload's lengths")] = 0,
     chunk_tokens: Annotated[int, typer.Option(min=1, help="divided policies: chunk size")] = 1024,
     port: Annotated[int, typer.Option(help="HTTP port of the app")] = 8011,
+    iterations: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=100,
+            help="submit the same prompts this many times per policy (store on, fresh SQLite per "
+            "policy; sim lengths redrawn per iteration around each prompt's latent length)",
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one workload through the real Serve app (sim replicas) under each policy, in one
@@ -233,7 +418,16 @@ def e2e(
         # Ray's log threads print to stdout; keep stdout for the report (JSON parsers read it)
         with contextlib.redirect_stdout(sys.stderr):
             report = run_e2e(
-                workload, scale, replicas, names, time_scale, seed, chunk_tokens, port, say
+                workload,
+                scale,
+                replicas,
+                names,
+                time_scale,
+                seed,
+                chunk_tokens,
+                port,
+                say,
+                iterations,
             )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.drafting.step_drafter import DraftSettings
 
@@ -44,6 +44,15 @@ class SimConfig(BaseModel):
         description="wall seconds per virtual second, [1e-6, 100]: 0.01 runs a 40 ms "
         "paper-scale step in 0.4 ms; below ~1e-4 the event loop, not the model, sets the pace",
     )
+    epoch: int = Field(
+        0,
+        ge=0,
+        le=2**31 - 1,
+        description="RL iteration of the same prompts whose responses the engine serves: 0 = "
+        "the drawn workload; e >= 1 keeps every prompt's latent length and draws fresh responses "
+        "around it (core.sim.epochs.epoch_workload, as python -m core.sim.epochs), so a prompt's "
+        "lengths differ across iterations but stay correlated. Presets only (not replay:FILE)",
+    )
     vocab_size: int = Field(
         65_536,
         ge=512,
@@ -64,6 +73,15 @@ class SimConfig(BaseModel):
                 f"unknown workload {v!r}; valid: {', '.join(SIM_PRESETS)} or replay:FILE"
             )
         return v
+
+    @model_validator(mode="after")
+    def _epoch_needs_a_preset(self) -> SimConfig:
+        if self.epoch and self.workload.startswith("replay:"):
+            raise ValueError(
+                f"sim.epoch={self.epoch}: recorded rollouts ({self.workload}) have no latent "
+                "lengths to draw another iteration from; use a preset workload"
+            )
+        return self
 
     @field_validator("cost")
     @classmethod

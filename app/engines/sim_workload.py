@@ -9,6 +9,11 @@ itself (it ends with ``length`` at the client's max_tokens). Any other prompt ta
 lengths of the workload group its hash picks (same distribution, siblings stay correlated)
 and draws its own tokens.
 
+Iterations (``SimConfig.epoch`` = e >= 1): the prompts are those of epoch 0, the lengths those
+of ``core.sim.epochs.epoch_workload(first, e, seed)`` (each group's latent length kept, fresh
+responses drawn around it: what successive RL iterations of the same prompts look like to a
+length prior), and the drawn tokens change with e; epoch 0 is exactly the workload above.
+
 Tokens: ids 0..2 are special (EOS = 2, as in SmolLM2), id 3 + b is byte b (the codec), drawn
 tokens are printable ASCII bytes, recorded tokens are replayed as they are.
 """
@@ -178,12 +183,17 @@ class SimWorkload:
         if g is None:
             digest = hashlib.blake2b(np.asarray(prompt, dtype=np.int64).tobytes()).hexdigest()
             row = _key("group", seed, digest) % self.groups
-            key = _key("response", seed, digest, response_index)
+            key = _key("response", seed, digest, response_index, *self._epoch)
             return Track(key, self._stop(row, response_index % G))
         j = response_index % G
-        key = _key("response", seed, g, response_index)
+        key = _key("response", seed, g, response_index, *self._epoch)
         rec = () if self.recorded_outputs is None else self.recorded_outputs[g][j]
         return Track(key, self._stop(g, j), rec)
+
+    @property
+    def _epoch(self) -> tuple[int, ...]:
+        """Extra key part of drawn tokens: none in epoch 0 (its tokens stay as they were)."""
+        return (self.config.epoch,) if self.config.epoch else ()
 
     def _stop(self, g: int, j: int) -> int | None:
         length = self.work.lengths[g][j]
@@ -232,10 +242,13 @@ def sim_workload(config: SimConfig) -> SimWorkload:
     the file or draws the lengths, ~0.1 s): call it from a thread in async code."""
     if config.workload.startswith("replay:"):
         return _load_replay(config)
+    from core.sim.epochs import epoch_workload
+
     spec = get_preset(config.workload).spec
     if config.scale != 1.0:
         spec = spec.scaled(config.scale)
-    return SimWorkload(config, generate(spec, config.seed), _cost(config))
+    work = epoch_workload(generate(spec, config.seed), config.epoch, config.seed)
+    return SimWorkload(config, work, _cost(config))
 
 
 def group_prompt(config: SimConfig, group: int) -> list[int]:

@@ -83,6 +83,13 @@ class ServiceMetrics:
         self.store_failed_writes = Gauge(
             "seer_store_failed_writes", "history store write attempts that failed", registry=r
         )
+        self.prior_prompts = Counter(
+            "seer_length_prior_prompts",
+            "length prior (context-prior, store on): prompts of submitted jobs looked up, and "
+            "those found with recorded lengths of earlier iterations",
+            ["result"],
+            registry=r,
+        )
         self._window: deque[tuple[float, int]] = deque()
 
     def set_store(self, stats: WriterStats) -> None:

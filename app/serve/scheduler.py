@@ -141,7 +141,9 @@ class SeerScheduler:
     async def submit(self, plan: JobPlan) -> JobStatus:
         if self.store is not None and self.dispatcher.wants_prior:
             keys = [g.spec.prompt_key or g.spec.group_id for g in plan.groups]
-            await self.store.prefetch(keys)
+            found = await self.store.prefetch(keys)
+            self.dispatcher.metrics.prior_prompts.labels("looked_up").inc(len(keys))
+            self.dispatcher.metrics.prior_prompts.labels("found").inc(found)
         job = self.dispatcher.submit(plan)
         return self.dispatcher.status(job.id)
 

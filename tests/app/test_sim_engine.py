@@ -95,6 +95,24 @@ def test_codec_round_trips_and_group_prompts_map_back() -> None:
     assert sim_workload(rec).group_of(group_prompt(rec, 5)) == 5
 
 
+def test_a_later_epoch_redraws_lengths_around_each_prompts_latent_length() -> None:
+    from core.sim.epochs import epoch_workload
+
+    first = sim_workload(FAST)
+    later = sim_workload(FAST.model_copy(update={"epoch": 1}))
+    assert [later.prompt(g) for g in range(3)] == [first.prompt(g) for g in range(3)]
+    assert later.group_of(first.prompt(4)) == 4  # the same prompts
+    assert later.work.lengths == epoch_workload(first.work, 1, FAST.seed).lengths
+    assert later.work.lengths != first.work.lengths
+    assert later.work.group_log_means == first.work.group_log_means
+    j = next(j for j in range(first.group_size) if first.work.lengths[0][j] < first.max_tokens)
+    if later.work.lengths[0][j] < later.max_tokens:
+        assert later.track(first.prompt(0), j).stop == later.work.lengths[0][j]
+    assert FAST.model_copy(update={"epoch": 0}) == FAST
+    with pytest.raises(ValidationError, match="no latent lengths"):
+        SimConfig(workload=f"replay:{RECORDED}", epoch=1)
+
+
 def test_stop_points_are_the_workload_lengths() -> None:
     work = sim_workload(FAST)
     cap = work.max_tokens
