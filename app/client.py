@@ -35,6 +35,7 @@ import httpx
 
 from app.api import GroupResult, JobAccepted, JobState, JobStatus, RolloutRequest
 from app.serve.speculation import SpeculationState  # pydantic only (checked by the tests)
+from app.serve.weights import WeightsState, WeightsUpdate  # pydantic only (checked by the tests)
 from core.engine import SamplingParams
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -191,11 +192,8 @@ def _rollout_body(
     return request.model_dump(mode="json", exclude_unset=True)
 
 
-def _weights_version(response: httpx.Response) -> dict[str, Any]:
-    body = response.json()
-    if not isinstance(body, dict) or not isinstance(body.get("version"), int):
-        raise SeerError(f"POST /v1/weights answered without an integer version: {body!r}")
-    return body
+def _weights_version(response: httpx.Response) -> WeightsUpdate:
+    return WeightsUpdate.model_validate(response.json())
 
 
 def _health(response: httpx.Response) -> dict[str, Any]:
@@ -422,6 +420,10 @@ class SeerClient(_Settings):
         its state and load. Returned also for the 503 of an unavailable service."""
         return _health(self._request("GET", "/healthz", allow=(503,)))
 
+    def weights(self) -> WeightsState:
+        """The policy version new tokens are sampled with (``GET /v1/weights``)."""
+        return WeightsState.model_validate(self._request("GET", "/v1/weights").json())
+
     def get_speculation(self) -> SpeculationState:
         """Grouped-drafting settings, their version, and the version each replica runs."""
         return SpeculationState.model_validate(self._request("GET", "/v1/speculation").json())
@@ -447,15 +449,16 @@ class SeerClient(_Settings):
     def update_weights(
         self,
         path: str,
-        version: int,
+        version: int | None = None,
         *,
         token: str | None = None,
         abort_running: bool = False,
         timeout: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> WeightsUpdate:
         """Load the checkpoint at ``path`` (on the service's machine) into every engine replica
         as policy ``version`` (``POST /v1/weights``); ``abort_running``: abort running chunks
-        instead of letting them finish. Returns the service's answer (at least ``version``)."""
+        instead of letting them finish; ``version`` None: the current one + 1. Returns what the
+        update did (``WeightsUpdate``)."""
         body: dict[str, Any] = {"path": path, "version": version}
         if abort_running:
             body["abort_running"] = True
@@ -618,6 +621,11 @@ class AsyncSeerClient(_Settings):
         """See ``SeerClient.health``."""
         return _health(await self._request("GET", "/healthz", allow=(503,)))
 
+    async def weights(self) -> WeightsState:
+        """See ``SeerClient.weights``."""
+        r = await self._request("GET", "/v1/weights")
+        return WeightsState.model_validate(r.json())
+
     async def get_speculation(self) -> SpeculationState:
         """See ``SeerClient.get_speculation``."""
         r = await self._request("GET", "/v1/speculation")
@@ -643,12 +651,12 @@ class AsyncSeerClient(_Settings):
     async def update_weights(
         self,
         path: str,
-        version: int,
+        version: int | None = None,
         *,
         token: str | None = None,
         abort_running: bool = False,
         timeout: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> WeightsUpdate:
         """See ``SeerClient.update_weights``."""
         body: dict[str, Any] = {"path": path, "version": version}
         if abort_running:

@@ -127,6 +127,7 @@ VLLM_APP: dict[str, Any] = {
     "replica_num_cpus": 0.5,
     "chunk_tokens": 8,  # divided policies split every response into many chunks
     "policy": "verl",
+    "operator_token": "t0ken",  # POST /v1/weights
     "engine": {"backend": "vllm", "max_model_len": 512, "kv_cache_gib": 1, "max_num_seqs": 32},
 }
 

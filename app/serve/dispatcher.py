@@ -138,6 +138,7 @@ class Dispatcher:
         self.plan = plan
         self._pending_plan: PolicyPlan | None = None
         self.replicas = [_Replica(rid) for rid in links.replica_ids]
+        self.weights = WeightsState(version=0)  # engines start with the configured model
         self.scheduler = self._new_scheduler(plan)
         self.jobs: dict[str, Job] = {}
         self._inbox: deque[Job] = deque()
@@ -152,7 +153,6 @@ class Dispatcher:
         self._idle = asyncio.Event()  # set while no job is open
         self._quiet = asyncio.Event()  # set while no chunk is in flight
         self.accepting = True
-        self.weights = WeightsState(version=0)  # engines start with the configured model
         self._paused = False  # no chunk is dispatched (a weight update is running)
         self._closing = False
         self._loop_task: asyncio.Task[None] | None = None
@@ -188,6 +188,7 @@ class Dispatcher:
         for i, rep in enumerate(self.replicas):
             if rep.state is not ReplicaState.HEALTHY:
                 s.set_replica_available(i, False)
+        s.set_policy_version(self.weights.version)
         return s
 
     def _spec(self, i: int) -> ReplicaSpec:
@@ -460,6 +461,7 @@ class Dispatcher:
                 if i not in ok:
                     self._set_state(i, ReplicaState.DOWN, f"loading weights v{new} failed")
             self.weights = WeightsState(version=new, path=path, updated_at=t_loaded)
+            self.scheduler.set_policy_version(new)
             log.info(
                 "policy weights v%d -> v%d from %s (%d restarted)", w.version, new, path, restarted
             )
@@ -558,7 +560,7 @@ class Dispatcher:
         job.started_at = now
         job.touch()
         if self.sink is not None:
-            self.sink.emit(_job_started(job, now))
+            self.sink.emit(_job_started(job, now, self.weights.version))
 
     def _start_chunk(self, d: ChunkDecision, now: float) -> None:
         job = self._request_job[d.request_id]
@@ -849,7 +851,7 @@ class Dispatcher:
         return m.render()
 
 
-def _job_started(job: Job, now: float) -> JobStarted:
+def _job_started(job: Job, now: float, version: int) -> JobStarted:
     plan = job.plan
     groups = tuple(
         GroupInfo(
@@ -871,4 +873,5 @@ def _job_started(job: Job, now: float) -> JobStarted:
         iteration=plan.iteration,
         max_tokens=plan.max_tokens,
         groups=groups,
+        policy_version=version,
     )

@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Header, HTTPException, Request
@@ -20,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
 from ray import serve
 from swagger_ui_bundle import swagger_ui_path
 
@@ -31,6 +33,8 @@ from app.api import (
     RolloutRequest,
     RolloutResponse,
 )
+from app.compat.openai import CompletionRequest, CompletionResponse, completion_response
+from app.compat.sglang import AbortRequest, GenerateRequest, generate_response
 from app.config import ServiceConfig
 from app.engines.base import TextCodec
 from app.engines.registry import make_codec
@@ -40,6 +44,7 @@ from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import SpeculationUpdate, authorize, configured_token, merged_settings
 from app.serve.scheduler import JobOutcome, ServiceHealth
 from app.serve.speculation import SpeculationState
+from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
 from core.drafting.step_drafter import DraftSettings
 
 api = FastAPI(
@@ -209,15 +214,8 @@ class Ingress:
 
         return await asyncio.to_thread(run)
 
-    @api.post(
-        "/v1/rollouts",
-        status_code=202,
-        response_model=JobAccepted | RolloutResponse,
-        responses={200: {"model": RolloutResponse}, 202: {"model": JobAccepted}},
-    )
-    async def rollouts(self, req: RolloutRequest, request: Request) -> Any:
-        """Start a rollout job: 202 with its URLs, or (``"wait": true``) 200 with every group
-        when it is done (504 past request_timeout_s, 503 when it failed)."""
+    async def _submit(self, req: RolloutRequest, job_id: str | None = None) -> str:
+        """Validate against the model, tokenize, submit; returns the job id."""
         if req.policy is not None:  # only then is the running policy worth a round trip
             running: str = await self._call("policy")
             if req.policy != running:
@@ -227,9 +225,35 @@ class Ingress:
                     "the scheduler deployment's user_config; see README)",
                 )
         prompts = await self._prompt_ids(req)
-        plan = expand(uuid.uuid4().hex[:12], req, prompts)
+        plan = expand(job_id or uuid.uuid4().hex[:12], req, prompts)
         status: JobStatus = await self._call("submit", plan)
-        job_id = status.id
+        return status.id
+
+    async def _wait(self, job_id: str, partial: bool = False) -> JobOutcome:
+        """Until the job is terminal; a caller that goes away cancels it."""
+        try:
+            outcome: JobOutcome = await self._call("wait", job_id, partial)
+        except asyncio.CancelledError:  # the caller went away: stop generating for nobody
+            await asyncio.shield(self._cancel_quietly(job_id))
+            raise
+        return outcome
+
+    @staticmethod
+    def _failed(outcome: JobOutcome) -> HTTPException:
+        st = outcome.status
+        code = 504 if st.error and "request_timeout_s" in st.error else 503
+        return HTTPException(code, f"rollout {st.id} {st.state.value}: {st.error}")
+
+    @api.post(
+        "/v1/rollouts",
+        status_code=202,
+        response_model=JobAccepted | RolloutResponse,
+        responses={200: {"model": RolloutResponse}, 202: {"model": JobAccepted}},
+    )
+    async def rollouts(self, req: RolloutRequest, request: Request) -> Any:
+        """Start a rollout job: 202 with its URLs, or (``"wait": true``) 200 with every group
+        when it is done (504 past request_timeout_s, 503 when it failed)."""
+        job_id = await self._submit(req)
         if not req.wait:
             base = str(request.base_url).rstrip("/")
             accepted = JobAccepted(
@@ -238,15 +262,10 @@ class Ingress:
                 groups_url=f"{base}/v1/rollouts/{job_id}/groups",
             )
             return JSONResponse(status_code=202, content=accepted.model_dump())
-        try:
-            outcome: JobOutcome = await self._call("wait", job_id)
-        except asyncio.CancelledError:  # the caller went away: stop generating for nobody
-            await asyncio.shield(self._cancel_quietly(job_id))
-            raise
+        outcome = await self._wait(job_id)
         st = outcome.status
         if st.state is not JobState.DONE:
-            code = 504 if st.error and "request_timeout_s" in st.error else 503
-            raise HTTPException(code, f"rollout {job_id} {st.state.value}: {st.error}")
+            raise self._failed(outcome)
         groups = await self._decode(outcome.groups)
         done = RolloutResponse(
             id=job_id,
@@ -291,3 +310,106 @@ class Ingress:
                 yield (json.dumps(named.model_dump(mode="json")) + "\n").encode()
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    # ------------------------------------------------------------------ trainer endpoints
+    @staticmethod
+    def _native(build: Callable[[], RolloutRequest]) -> RolloutRequest:
+        try:
+            return build()
+        except ValidationError as exc:
+            raise _unprocessable([], "; ".join(e["msg"] for e in exc.errors())) from None
+        except ValueError as exc:
+            raise _unprocessable([], str(exc)) from None
+
+    @api.post("/v1/completions", response_model=CompletionResponse)
+    async def completions(self, req: CompletionRequest) -> JSONResponse:
+        """OpenAI completions (subset): each prompt is a group of ``n`` choices; token ids,
+        logprobs and the policy version of every choice (see ``app.compat.openai``)."""
+        job_id = await self._submit(self._native(req.to_rollout))
+        outcome = await self._wait(job_id)
+        if outcome.status.state is not JobState.DONE:
+            raise self._failed(outcome)
+        out = await asyncio.to_thread(
+            completion_response,
+            req,
+            outcome.groups,
+            job_id,
+            self.config.engine.model,
+            int(outcome.status.created_at),
+            self.codec.decode,
+        )
+        return JSONResponse(content=out.model_dump(mode="json"))
+
+    @api.post("/generate")
+    async def generate(self, req: GenerateRequest) -> JSONResponse:
+        """SGLang-style generate (see ``app.compat.sglang``): answers when the call is done or
+        aborted (``/abort_request``: the tokens so far, finish reason ``abort``)."""
+        job_id = await self._submit(self._native(req.to_rollout), req.rid)
+        outcome = await self._wait(job_id, partial=True)
+        if outcome.status.state not in (JobState.DONE, JobState.CANCELLED):
+            raise self._failed(outcome)
+        out = await asyncio.to_thread(
+            generate_response, req, outcome.groups, job_id, self.codec.decode
+        )
+        return JSONResponse(content=out)
+
+    @api.post("/abort_request")
+    async def abort_request(self, req: AbortRequest) -> dict[str, list[str]]:
+        """Abort one ``/generate`` call by its ``rid``, or every open job (``abort_all``); an
+        unknown or finished rid aborts nothing."""
+        if req.abort_all:
+            ids: list[str] = await self._call("cancel_all", "aborted by /abort_request")
+            return {"aborted": ids}
+        try:
+            status: JobStatus = await self.scheduler.cancel.remote(req.rid)
+        except JobError:
+            return {"aborted": []}
+        return {"aborted": [req.rid] if status.state is JobState.CANCELLED else []}
+
+    async def _update_weights(
+        self, path: str, version: int | None, abort_running: bool, authorization: str | None
+    ) -> WeightsUpdate:
+        authorize(self._operator_token, authorization)
+        if not await asyncio.to_thread(os.path.isdir, path):
+            raise _unprocessable(["path"], f"weights path {path!r} is not a directory")
+        update: WeightsUpdate = await self._call(
+            "update_weights", os.path.abspath(path), version, abort_running
+        )
+        return update
+
+    @api.post("/v1/weights", response_model=WeightsUpdate)
+    async def update_weights(
+        self, req: WeightsUpdateRequest, authorization: str | None = Header(None)
+    ) -> WeightsUpdate:
+        """Load new policy weights into every engine replica between chunks (operator bearer
+        token): dispatch pauses, running chunks finish (or are aborted), unfinished requests
+        restart from their prompt under the new version, dispatch resumes."""
+        return await self._update_weights(req.path, req.version, req.abort_running, authorization)
+
+    @api.get("/v1/weights", response_model=WeightsState)
+    async def weights(self) -> WeightsState:
+        """The policy version every new token is sampled with, and where it came from."""
+        state: WeightsState = await self._call("weights")
+        return state
+
+    @api.post("/update_weights_from_disk")
+    async def update_weights_from_disk(
+        self, req: DiskWeightsRequest, authorization: str | None = Header(None)
+    ) -> JSONResponse:
+        """``POST /v1/weights`` in SGLang's shape: ``{"model_path", "weight_version",
+        "abort_all_requests"}`` -> ``{"success", "message", "num_paused_requests"}``."""
+        try:
+            update = await self._update_weights(
+                req.model_path, req.version(), req.abort_all_requests, authorization
+            )
+        except HTTPException as exc:
+            body = {"success": False, "message": str(exc.detail), "num_paused_requests": 0}
+            return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
+        return JSONResponse(
+            content={
+                "success": True,
+                "message": f"weights v{update.version} loaded in {update.seconds:.1f} s",
+                "num_paused_requests": update.restarted_requests,
+                "policy_version": update.version,
+            }
+        )

@@ -48,6 +48,7 @@ class JobRow(Base):
     requests_done: Mapped[int | None] = mapped_column(Integer)
     output_tokens: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
+    policy_version: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class GroupRow(Base):
@@ -100,6 +101,7 @@ class RequestRow(Base):
     queued_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float] = mapped_column(Float, index=True)
+    policy_version: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class ChunkRow(Base):

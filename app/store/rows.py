@@ -129,6 +129,7 @@ def plan_batch(events: Iterable[object], bucket_s: float) -> WritePlan:
                     "queued_at": ev.queued_at,
                     "started_at": ev.started_at,
                     "finished_at": ev.finished_at,
+                    "policy_version": ev.policy_version,
                 },
             )
         elif isinstance(ev, DraftStats):
@@ -217,6 +218,7 @@ def _job_started(plan: WritePlan, ev: JobStarted) -> None:
             "requests_done": None,
             "output_tokens": None,
             "error": None,
+            "policy_version": ev.policy_version,
         },
     )
     for g in ev.groups:

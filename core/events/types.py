@@ -34,6 +34,7 @@ class JobStarted:
     iteration: int | None
     max_tokens: int
     groups: tuple[GroupInfo, ...]
+    policy_version: int = 0  # weights version when it entered the scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ class RequestFinished:
     queued_at: float
     started_at: float | None
     finished_at: float
+    policy_version: int = 0  # weights version that sampled its tokens (of its last start)
 
 
 @dataclass(frozen=True, slots=True)

@@ -423,6 +423,12 @@ class Scheduler:
         self._n_queued -= 1  # re-enqueued below with a fresh key
         self._enqueue(r)
 
+    def set_policy_version(self, version: int) -> None:
+        """Tag the requests that finish from now on (events) with the weights ``version``; the
+        caller restarts the requests cut by the change (``restart``)."""
+        if self._trace is not None:
+            self._trace.policy_version = version
+
     def group_done(self, group_id: str) -> bool:
         """True when every request of the group is terminal (finished or cancelled)."""
         return self._group_open[self._group_index(group_id)] == 0

@@ -39,6 +39,7 @@ class EventTrace:
         self._req: dict[str, _Req] = {}
         self._lengths: dict[str, list[int]] = {}
         self._keys: dict[str, str] = {}  # group id -> prompt key, while the group is open
+        self.policy_version = 0  # tags the requests that end from now on (set by the caller)
 
     def submitted(self, group_id: str, prompt_key: str, request_ids: Sequence[str]) -> None:
         now = self.clock()
@@ -93,6 +94,7 @@ class EventTrace:
                 queued_at=req.queued_at,
                 started_at=req.started_at,
                 finished_at=self.clock(),
+                policy_version=self.policy_version,
             )
         )
 

@@ -21,7 +21,7 @@ from app.serve.dispatcher import Dispatcher, ReplicaState, ReplicaUnavailable
 from app.serve.jobs import JobError
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
-from core.events import CollectingSink, SpeculationConfigChanged
+from core.events import CollectingSink, EventSink, SpeculationConfigChanged
 
 MAX_TOKENS = 120
 
@@ -114,9 +114,10 @@ async def _with(
     config: ServiceConfig,
     policy: str,
     body: Callable[[Dispatcher], Awaitable[None]],
+    sink: EventSink | None = None,
 ) -> Dispatcher:
     await links.start()
-    d = Dispatcher(links, config, config.resolve_policy(policy))
+    d = Dispatcher(links, config, config.resolve_policy(policy), sink=sink)
     d.start()
     await d.probe_all()  # replicas join before the first job
     try:

@@ -11,6 +11,7 @@ import pytest
 from app.api import JobState
 from app.serve.dispatcher import Dispatcher, ReplicaState
 from app.serve.jobs import JobError
+from core.events import CollectingSink, JobStarted, RequestFinished
 from tests.app.test_dispatcher import FakeLinks, _config, _plan, _with
 
 
@@ -52,6 +53,7 @@ def test_cancelling_one_job_of_a_shared_group_leaves_the_others() -> None:
 
 def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: Path) -> None:
     links = FakeLinks(step_s=0.005)
+    sink = CollectingSink()
     ckpt = tmp_path / "step-1"
     ckpt.mkdir()
 
@@ -82,8 +84,14 @@ def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: 
             for r in g.responses:
                 if r.policy_version == 1:
                     assert r.token_ids == by_index[(g.prompt_index, r.index)].token_ids
+        # the history store hears the version of every job and finished request
+        started = {e.job_id: e.policy_version for e in sink.of(JobStarted)}  # type: ignore[attr-defined]
+        assert started == {"w": 0, "w2": 1}
+        tagged = {e.request_id: e.policy_version for e in sink.of(RequestFinished)}  # type: ignore[attr-defined]
+        for rid, run in job.plan.runs.items():
+            assert tagged[rid] == run.policy_version
 
-    asyncio.run(_with(links, _config(), "context", body))
+    asyncio.run(_with(links, _config(), "context", body, sink=sink))
 
 
 def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: Path) -> None:

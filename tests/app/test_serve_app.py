@@ -317,3 +317,75 @@ def test_client_disconnect_aborts_running_chunks(client: httpx.Client, serve_url
             break
         assert time.monotonic() < deadline, replicas
         time.sleep(0.5)
+
+
+def _perturbed_copy(model: Path, out: Path) -> Path:
+    """The model's checkpoint with noise added to every weight (a 'trained' policy)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model, out)
+    gen = torch.Generator().manual_seed(0)
+    for f in out.glob("*.safetensors"):
+        tensors = load_file(f)
+        noisy = {
+            k: (t.float() + 0.5 * t.float().std() * torch.randn(t.shape, generator=gen)).to(t.dtype)
+            if t.numel() > 1
+            else t
+            for k, t in tensors.items()
+        }
+        save_file(noisy, f, metadata={"format": "pt"})
+    return out
+
+
+def test_weight_update_reloads_every_replica_without_mixing_versions(
+    client: httpx.Client, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Runs last in this module: the replicas keep the new weights."""
+    import time
+
+    ckpt = _perturbed_copy(tiny_model, tmp_path / "step-1")
+    greedy = {"temperature": 0.0}
+    prompts = [[9, 10, 11, 12], [13, 14, 15]]
+    old = _rollout(client, prompts=prompts, group_size=1, max_tokens=48, sampling=greedy).json()
+    job = client.post(
+        "/v1/rollouts",
+        json={"prompts": prompts * 4, "group_size": 2, "max_tokens": 48, "sampling": greedy},
+    ).json()["id"]
+    deadline = time.monotonic() + 120
+    while client.get(f"/v1/rollouts/{job}").json()["progress"]["output_tokens"] < 16:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    auth = {"Authorization": "Bearer t0ken"}
+    # verl runs each response as one chunk: abort them (they restart under the new weights)
+    body = {"path": str(ckpt), "abort_running": True}
+    r = client.post("/v1/weights", json=body, headers=auth)
+    assert r.status_code == 200, r.text
+    update = r.json()
+    assert update["version"] == 1 and sorted(update["replicas"]) == ["replica-0", "replica-1"]
+    assert update["aborted_chunks"] > 0
+    assert client.get("/v1/weights").json() == {
+        "version": 1,
+        "path": str(ckpt),
+        "updated_at": pytest.approx(time.time(), abs=120),
+        "updating": False,
+    }
+    new = _rollout(client, prompts=prompts, group_size=1, max_tokens=48, sampling=greedy).json()
+    expect = {
+        v: [g["responses"][0]["token_ids"] for g in out["groups"]]
+        for v, out in ((0, old), (1, new))
+    }
+    assert expect[0] != expect[1]  # greedy outputs changed with the weights
+    assert {r["policy_version"] for g in new["groups"] for r in g["responses"]} == {1}
+    with client.stream("GET", f"/v1/rollouts/{job}/groups") as s:
+        groups = [json.loads(line) for line in s.iter_lines() if line]
+    assert len(groups) == 8
+    versions = set()
+    for g in groups:
+        for resp in g["responses"]:  # all tokens of one version: equal to that version's greedy
+            v = resp["policy_version"]
+            versions.add(v)
+            assert resp["token_ids"] == expect[v][g["prompt_index"] % 2], (v, g["prompt_index"])
+    assert 1 in versions

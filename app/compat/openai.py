@@ -1,0 +1,195 @@
+"""``POST /v1/completions``: the OpenAI completions subset RL trainers use, as one job.
+
+Each prompt is one group of ``n`` choices (choice ``i * n + j`` is response j of prompt i);
+requests sent one at a time join one group with ``group_key`` (``extra_body`` in the OpenAI
+client). Token in, token out: every choice carries its ``token_ids`` and the ``policy_version``
+of the weights that sampled it; ``logprobs`` (any value 0-5) returns the sampled token's logprob
+at every position (``top_logprobs`` holds only the sampled token: engines return no
+alternatives); ``return_tokens_as_token_ids`` names tokens ``token_id:<id>`` as vLLM does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.api import GroupResult, RolloutRequest
+from app.compat.stop import cut_at_stop
+from core.engine import SamplingParams
+from core.engine.types import SEED_SPACE
+
+Prompt = str | list[int] | list[str] | list[list[int]]
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    model: str = Field(min_length=1, max_length=512, description="any name; answered with ours")
+    prompt: Prompt = Field(description="text, token ids, or a list of either (one group each)")
+    n: int = Field(1, ge=1, le=256, description="choices per prompt: the group size G")
+    max_tokens: int = Field(16, ge=1, le=1_048_576)
+    temperature: float = Field(1.0, ge=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1 or 0: disabled")
+    seed: int | None = Field(None, ge=0, lt=SEED_SPACE)
+    logprobs: int | None = Field(None, ge=0, le=5)
+    stop: str | list[str] | None = Field(None, description="up to 16 stop strings")
+    return_tokens_as_token_ids: bool = False
+    stream: Literal[False] = Field(False, description="streaming is not supported")
+    user: str | None = Field(None, max_length=512, description="accepted, not used")
+    group_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="join the choices to every other request with this key while its group is "
+        "open (one prompt only)",
+    )
+    prompt_id: str | None = Field(
+        None, min_length=1, max_length=256, description="stable id of the prompt (one prompt)"
+    )
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > 16:
+            raise ValueError(f"{len(v)} stop strings; at most 16")
+        return v
+
+    def prompts(self) -> list[str | list[int]]:
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise ValueError("prompt is an empty list")
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]  # type: ignore[arg-type]
+        return list(p)  # type: ignore[arg-type]
+
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def to_rollout(self) -> RolloutRequest:
+        """The native job of this request (ValueError naming the field when inconsistent)."""
+        prompts = self.prompts()
+        one = len(prompts) == 1
+        for name in ("group_key", "prompt_id"):
+            if getattr(self, name) is not None and not one:
+                raise ValueError(f"{name} needs exactly one prompt; got {len(prompts)}")
+        return RolloutRequest(
+            prompts=prompts,
+            prompt_ids=[self.prompt_id] if self.prompt_id is not None else None,
+            group_size=self.n,
+            max_tokens=self.max_tokens,
+            sampling=SamplingParams(
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=max(self.top_k, 0),
+                seed=self.seed,
+            ),
+            logprobs=self.logprobs is not None,
+            chat_template=False,  # completions take the prompt as it is
+            group_key=self.group_key,
+            wait=True,
+        )
+
+
+class ChoiceLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+class Choice(BaseModel):
+    index: int
+    text: str
+    logprobs: ChoiceLogprobs | None
+    finish_reason: str = Field(description="stop | length | abort")
+    stop_reason: str | None = Field(None, description="the stop string matched, if any")
+    token_ids: list[int]
+    prompt_token_ids: list[int]
+    policy_version: int
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    policy_version: int = Field(description="newest policy version among the choices")
+
+
+def completion_response(
+    req: CompletionRequest,
+    groups: list[GroupResult],
+    job_id: str,
+    model: str,
+    created: int,
+    decode: Callable[[list[int]], str],
+) -> CompletionResponse:
+    """The OpenAI answer for a finished job (groups in prompt order); blocking (detokenizes)."""
+    choices: list[Choice] = []
+    stops = req.stops()
+    prompt_tokens = 0
+    for g in groups:
+        prompt_tokens += len(g.prompt_token_ids)  # once per prompt, as vLLM counts
+        for r in g.responses:
+            cut = cut_at_stop(r.token_ids, r.logprobs, decode(r.token_ids), stops, decode)
+            lp = None
+            if req.logprobs is not None and cut.logprobs is not None:
+                lp = _logprobs(cut.token_ids, cut.logprobs, req.return_tokens_as_token_ids, decode)
+            choices.append(
+                Choice(
+                    index=g.prompt_index * req.n + r.index,
+                    text=cut.text,
+                    logprobs=lp,
+                    finish_reason="stop" if cut.matched is not None else r.finish_reason,
+                    stop_reason=cut.matched,
+                    token_ids=cut.token_ids,
+                    prompt_token_ids=g.prompt_token_ids,
+                    policy_version=r.policy_version,
+                )
+            )
+    completion = sum(len(c.token_ids) for c in choices)
+    return CompletionResponse(
+        id=f"cmpl-{job_id}",
+        created=created,
+        model=model,
+        choices=choices,
+        usage=Usage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion,
+            total_tokens=prompt_tokens + completion,
+        ),
+        policy_version=max((c.policy_version for c in choices), default=0),
+    )
+
+
+def _logprobs(
+    token_ids: list[int],
+    logprobs: list[float],
+    as_ids: bool,
+    decode: Callable[[list[int]], str],
+) -> ChoiceLogprobs:
+    names = [f"token_id:{t}" if as_ids else decode([t]) for t in token_ids]
+    offsets: list[int] = []
+    at = 0
+    for t in token_ids:
+        offsets.append(at)
+        at += len(decode([t]))
+    return ChoiceLogprobs(
+        tokens=names,
+        token_logprobs=list(logprobs),
+        top_logprobs=[{n: lp} for n, lp in zip(names, logprobs, strict=True)],
+        text_offset=offsets,
+    )
