@@ -56,6 +56,7 @@ if __package__ in (None, ""):  # run as a script: the repository root holds app/
 
 from app.api import GroupResult, Response  # noqa: E402 - after the path fix-up above
 from app.client import SeerClient  # noqa: E402
+from app.serve.weights import WeightsUpdate  # noqa: E402
 
 if TYPE_CHECKING:
     import torch
@@ -353,14 +354,16 @@ class IterationStats:
     step: StepStats
     save_s: float
     update_s: float  # POST /v1/weights as the client saw it
-    server_update: dict[str, Any]  # the service's answer (seconds, load_seconds, ...)
+    server_update: WeightsUpdate  # the service's answer (seconds, load_seconds, ...)
     checkpoint: Path  # the weights the service runs after the update
 
 
 def _load_policy(model_path: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # loading and saving bars would break up the table
     return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
 
 
@@ -411,7 +414,7 @@ def run(
         t2 = time.perf_counter()
         answer = client.update_weights(str(path.resolve()), version + 1)
         update_s = time.perf_counter() - t2
-        expected = int(answer["version"])
+        expected = answer.version
         checkpoints.append(path)
         while len(checkpoints) > options.keep:  # the one the service runs is always kept
             shutil.rmtree(checkpoints.pop(0), ignore_errors=True)
@@ -427,13 +430,12 @@ def run(
 
 def format_row(s: IterationStats) -> str:
     gap = "n/a" if s.step.logprob_gap is None else f"{s.step.logprob_gap:.1e}"
-    load = s.server_update.get("load_seconds")
-    load_txt = f" (load {load:.1f} s)" if isinstance(load, int | float) else ""
     return (
         f"iter {s.iteration}  v{s.policy_version}  reward {s.reward:.3f}  "
         f"rollout {s.rollout_s:5.1f} s ({s.output_tokens} tok)  "
-        f"train {s.step.seconds:5.1f} s ({s.step.trained} resp, loss {s.step.loss:+.3f}, "
-        f"gap {gap})  save {s.save_s:4.1f} s  weights {s.update_s:4.1f} s{load_txt}"
+        f"train {s.step.seconds:5.1f} s ({s.step.trained} resp, grad {s.step.grad_norm:.2f}, "
+        f"gap {gap})  save {s.save_s:4.1f} s  weights {s.update_s:4.1f} s "
+        f"(load {s.server_update.load_seconds:.1f} s)"
     )
 
 

@@ -21,12 +21,14 @@ from examples.grpo_smollm2 import (
     answer_reward,
     group_advantages,
     grpo_loss,
+    main,
     make_problems,
     parse_answer,
     parse_args,
     run,
     save_checkpoint,
     score_groups,
+    service_args,
     token_logprobs,
     train_step,
 )
@@ -238,6 +240,15 @@ def test_cli_defaults_and_bad_values(monkeypatch: pytest.MonkeyPatch, capsys: An
     assert "POST /v1/weights" in capsys.readouterr().out
 
 
+def test_local_service_config_is_a_valid_app_config() -> None:
+    from app.config import AppConfig
+
+    cfg = AppConfig.model_validate(service_args("tiny-llama", 3, "tok", "seer"))
+    assert cfg.num_replicas == 3 and cfg.policy == "seer" and cfg.engine.backend == "vllm"
+    assert cfg.operator_token is not None and cfg.operator_token.get_secret_value() == "tok"
+    assert cfg.engine.speculation.method == "none"
+
+
 # ---------------------------------------------------------------------------------- e2e
 @pytest.fixture(scope="module")
 def grpo_url(tiny_model: Path, serve_port: int) -> Iterator[str]:
@@ -260,7 +271,7 @@ def _first_token_parity(problem: Problem, response: Response) -> float:
 @pytest.mark.serve
 @pytest.mark.slow
 def test_one_grpo_iteration_updates_the_service_weights(
-    grpo_url: str, tiny_model: Path, tmp_path: Path
+    grpo_url: str, tiny_model: Path, tmp_path: Path, capsys: Any
 ) -> None:
     import torch
     from safetensors.torch import load_file
@@ -274,10 +285,12 @@ def test_one_grpo_iteration_updates_the_service_weights(
     with SeerClient(grpo_url, token=TOKEN, timeout=120) as client:
         stats = run(client, tiny_model, options, reward_fn=_first_token_parity, say=lines.append)
         (it,) = stats
-        assert it.policy_version == 0 and it.server_update["version"] == 1
+        assert it.policy_version == 0 and it.server_update.version == 1
+        assert it.server_update.replicas == ["replica-0", "replica-1"]
+        assert not it.server_update.failed_replicas
         assert it.step.trained > 0 and it.step.grad_norm > 0
         # iteration 0 ran on the weights the service started with: only float noise between
-        assert it.step.logprob_gap is not None and it.step.logprob_gap < 1e-2
+        assert it.step.logprob_gap is not None and it.step.logprob_gap < 1e-3
         assert it.checkpoint == out / "step-1" and lines and "reward" in lines[0]
 
         second = client.rollout(
@@ -306,4 +319,15 @@ def test_one_grpo_iteration_updates_the_service_weights(
         return sum(diffs) / len(diffs)
 
     new_gap, old_gap = gap(it.checkpoint), gap(tiny_model)
-    assert new_gap < 1e-2 and old_gap > 10 * new_gap, (new_gap, old_gap)
+    assert new_gap < 1e-3 and old_gap > 10 * new_gap, (new_gap, old_gap)
+
+    # The command line on the same service (--url): the next iteration is policy version 2.
+    # The tiny model's answers are noise (all rewards 0, nothing trained), the protocol is not.
+    argv = ["--url", grpo_url, "--token", TOKEN, "--model", str(tiny_model), "--iterations",
+            "1", "--prompts", "2", "--max-tokens", "8", "--out", str(tmp_path / "cli")]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "iter 0  v1  reward 0.000" in out and "rewards per iteration: 0.000" in out
+    with SeerClient(grpo_url) as client:
+        assert client.weights().version == 2
+    assert (tmp_path / "cli" / "step-2" / "model.safetensors").is_file()
