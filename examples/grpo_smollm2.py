@@ -453,6 +453,15 @@ def summary(stats: Sequence[IterationStats]) -> str:
 
 
 # ---------------------------------------------------------------------------------- CLI
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in the help, except the None of options that have no default value."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     d = Options()
     p = argparse.ArgumentParser(
@@ -462,33 +471,43 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "policy-gradient step with torch per iteration, new weights loaded into the service "
         "with POST /v1/weights. Prints reward, rollout, training and weight-update time per "
         "iteration.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Starts its own Ray + Serve app unless --url is given (then --out must be "
+        "readable by the service's replicas). Example: .venv/bin/python "
+        "examples/grpo_smollm2.py --iterations 4 --prompts 8",
+        formatter_class=_HelpFormatter,
     )
-    p.add_argument("--iterations", type=int, default=d.iterations, help="GRPO iterations")
-    p.add_argument("--prompts", type=int, default=d.prompts, help="problems per iteration")
-    p.add_argument("--group-size", type=int, default=d.group_size, help="responses per prompt (G)")
+    n = "N"
+    p.add_argument("--iterations", type=int, default=d.iterations, metavar=n, help="GRPO steps")
     p.add_argument(
-        "--max-tokens", type=int, default=d.max_tokens, help="cap on tokens per response"
+        "--prompts", type=int, default=d.prompts, metavar=n, help="problems per iteration"
+    )
+    p.add_argument(
+        "--group-size", type=int, default=d.group_size, metavar="G", help="responses per prompt"
+    )
+    p.add_argument(
+        "--max-tokens", type=int, default=d.max_tokens, metavar=n, help="cap per response"
     )
     p.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
     p.add_argument(
         "--model",
         default="smollm2-135m-instruct",
-        help="policy to train: a prepared model name (smollm2-135m-instruct, tiny-llama) or a "
-        "Hugging Face folder; the service must run the same weights",
+        metavar="NAME|DIR",
+        help="policy to train: a prepared model (smollm2-135m-instruct, tiny-llama; `seer "
+        "prepare-model`) or a Hugging Face folder; the service must start from the same weights",
     )
-    p.add_argument("--replicas", type=int, default=2, help="vLLM replicas of the local service")
-    p.add_argument("--policy", default="verl", help="scheduling policy of the local service")
-    p.add_argument("--out", type=Path, default=d.out, help="checkpoint folder (step-N inside)")
     p.add_argument(
-        "--keep", type=int, default=d.keep, help="newest checkpoints kept on disk (>= 1)"
+        "--replicas", type=int, default=2, metavar=n, help="vLLM replicas of the local service"
+    )
+    p.add_argument("--policy", default="verl", help="scheduling policy of the local service")
+    p.add_argument(
+        "--out", type=Path, default=d.out, metavar="DIR", help="checkpoints (DIR/step-VERSION)"
+    )
+    p.add_argument(
+        "--keep", type=int, default=d.keep, metavar=n, help="newest checkpoints kept (>= 1)"
     )
     p.add_argument("--seed", type=int, default=d.seed, help="seed of problems, sampling, torch")
     p.add_argument(
-        "--url",
-        default=None,
-        help="use the service running at this URL instead of starting one (its replicas must "
-        "run --model and be able to read --out)",
+        "--url", default=None, help="use the service running at URL instead of starting one"
     )
     p.add_argument(
         "--token",
