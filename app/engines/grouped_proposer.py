@@ -103,6 +103,23 @@ class GroupedProposer:
         return out
 
 
+def retie_head(model: Any) -> bool:
+    """Point a tied output head at the reloaded embeddings again and redo its load-time
+    processing; True when the model ties them. vLLM's ``reload_weights`` re-processes only the
+    modules whose weights it loaded, and a tied head has none of its own in the checkpoint: on
+    CPU its prepacked GEMM (built from the embeddings at start) kept sampling with the old
+    weights while the embeddings were new."""
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    method = getattr(head, "quant_method", None)
+    if not tied or head is None or embed is None or method is None:
+        return False
+    head.weight = embed.weight
+    method.process_weights_after_loading(head)
+    return True
+
+
 class SeerWorkerExtension:
     """Methods vLLM mixes into its worker, reachable through ``engine.collective_rpc``."""
 
@@ -159,6 +176,7 @@ class SeerWorkerExtension:
         if not sorted(Path(path).glob("*.safetensors")):
             raise ValueError(f"weights path {path!r} holds no *.safetensors file")
         self.reload_weights(weights_path=path)  # type: ignore[attr-defined]
+        retie_head(self.model_runner.get_model())
         drafter = self._seer_drafter()
         return 0 if drafter is None else drafter.release_groups(list(drafter.store.group_ids()))
 
