@@ -337,7 +337,7 @@ class Options:
     prompts: int = 8
     group_size: int = 4
     max_tokens: int = 32
-    lr: float = 1e-5
+    lr: float = 5e-5
     seed: int = 0
     out: Path = Path(tempfile.gettempdir()) / "seer-grpo"
     keep: int = 1
