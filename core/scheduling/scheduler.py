@@ -197,28 +197,11 @@ class Scheduler:
                 self._trace.submitted(spec.group_id, key, spec.request_ids)
             new_groups.append(gi)
             for k, rid in enumerate(spec.request_ids):
-                r = len(self.request_ids)
-                self.request_ids.append(rid)
-                self._index[rid] = r
-                self.group_of.append(gi)
-                self.generated.append(0)
-                self.phase.append(_QUEUED)
-                self.is_probe.append(self.config.probes and k == 0)
-                self._max_tokens.append(spec.max_tokens)
-                self._prompt.append(spec.prompt_tokens)
-                self._version.append(0)
-                self._stamp.append(0)
-                self._kv_replica.append(-1)
-                self._chunk_replica.append(-1)
-                self._chunk_budget.append(0)
-                self._chunk_reserve.append(0)
-                self._key.append(0.0)
-                self._cancelled.append(False)
+                oracle = spec.max_tokens
                 if need_oracle and oracle_lengths is not None:
-                    self._oracle.append(oracle_lengths[rid])
-                else:
-                    self._oracle.append(spec.max_tokens)
-                stats.members.append(r)
+                    oracle = oracle_lengths[rid]
+                probe = self.config.probes and k == 0
+                self._add_request(gi, rid, spec.max_tokens, spec.prompt_tokens, probe, oracle)
         if need_oracle:
             self.oracle_lengths = self._oracle
         if not self.config.divided:
@@ -366,26 +349,32 @@ class Scheduler:
         if self._trace is not None:
             self._trace.joined(group_id, request_ids)
         for rid in request_ids:
-            r = len(self.request_ids)
-            self.request_ids.append(rid)
-            self._index[rid] = r
-            self.group_of.append(gi)
-            self.generated.append(0)
-            self.phase.append(_QUEUED)
-            self.is_probe.append(False)
-            self._max_tokens.append(max_tokens)
-            self._prompt.append(prompt)
-            self._version.append(0)
-            self._stamp.append(0)
-            self._kv_replica.append(-1)
-            self._chunk_replica.append(-1)
-            self._chunk_budget.append(0)
-            self._chunk_reserve.append(0)
-            self._key.append(0.0)
-            self._cancelled.append(False)
-            self._oracle.append(max_tokens)
-            stats.members.append(r)
-            self._enqueue(r)
+            self._enqueue(self._add_request(gi, rid, max_tokens, prompt, False, max_tokens))
+
+    def _add_request(
+        self, gi: int, rid: str, max_tokens: int, prompt: int, probe: bool, oracle: int
+    ) -> int:
+        """Append request ``rid`` of group ``gi`` to every per-request array (not queued)."""
+        r = len(self.request_ids)
+        self.request_ids.append(rid)
+        self._index[rid] = r
+        self.group_of.append(gi)
+        self.generated.append(0)
+        self.phase.append(_QUEUED)
+        self.is_probe.append(probe)
+        self._max_tokens.append(max_tokens)
+        self._prompt.append(prompt)
+        self._version.append(0)
+        self._stamp.append(0)
+        self._kv_replica.append(-1)
+        self._chunk_replica.append(-1)
+        self._chunk_budget.append(0)
+        self._chunk_reserve.append(0)
+        self._key.append(0.0)
+        self._cancelled.append(False)
+        self._oracle.append(oracle)
+        self.groups[gi].members.append(r)
+        return r
 
     def cancel_requests(self, request_ids: Sequence[str]) -> list[str]:
         """Cancel single requests (their group goes on): like ``cancel`` for groups, queued
