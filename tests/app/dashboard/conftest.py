@@ -6,6 +6,7 @@ like the real one (the real operator rules: bearer token, merge, 422) for ``/hea
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -113,3 +114,13 @@ def fake_service() -> Iterator[FakeService]:
 def down_url() -> str:
     """A loopback port nobody listens on."""
     return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module() -> Iterator[None]:
+    """Streamlit's script runner (``AppTest``) makes the page script ``sys.modules["__main__"]``
+    and leaves it there; a process spawned later in the session (vLLM's engine core) would then
+    import that script as its main module and die (``NameError: __args``)."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
