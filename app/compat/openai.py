@@ -181,12 +181,13 @@ def _logprobs(
     as_ids: bool,
     decode: Callable[[list[int]], str],
 ) -> ChoiceLogprobs:
-    names = [f"token_id:{t}" if as_ids else decode([t]) for t in token_ids]
+    pieces = [decode([t]) for t in token_ids]  # each token's text, decoded once
+    names = [f"token_id:{t}" for t in token_ids] if as_ids else pieces
     offsets: list[int] = []
     at = 0
-    for t in token_ids:
+    for piece in pieces:
         offsets.append(at)
-        at += len(decode([t]))
+        at += len(piece)
     return ChoiceLogprobs(
         tokens=names,
         token_logprobs=list(logprobs),
