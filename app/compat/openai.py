@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api import GroupResult, RolloutRequest
+from app.compat.native import native_rollout
 from app.compat.stop import cut_at_stop
 from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE
@@ -72,14 +73,8 @@ class CompletionRequest(BaseModel):
 
     def to_rollout(self) -> RolloutRequest:
         """The native job of this request (ValueError naming the field when inconsistent)."""
-        prompts = self.prompts()
-        one = len(prompts) == 1
-        for name in ("group_key", "prompt_id"):
-            if getattr(self, name) is not None and not one:
-                raise ValueError(f"{name} needs exactly one prompt; got {len(prompts)}")
-        return RolloutRequest(
-            prompts=prompts,
-            prompt_ids=[self.prompt_id] if self.prompt_id is not None else None,
+        return native_rollout(
+            self.prompts(),
             group_size=self.n,
             max_tokens=self.max_tokens,
             sampling=SamplingParams(
@@ -89,9 +84,8 @@ class CompletionRequest(BaseModel):
                 seed=self.seed,
             ),
             logprobs=self.logprobs is not None,
-            chat_template=False,  # completions take the prompt as it is
             group_key=self.group_key,
-            wait=True,
+            prompt_id=self.prompt_id,
         )
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.api import GroupResult, RolloutRequest
+from app.compat.native import native_rollout
 from app.compat.stop import cut_at_stop, cut_at_stop_token
 from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE
@@ -89,13 +90,8 @@ class GenerateRequest(BaseModel):
 
     def to_rollout(self) -> RolloutRequest:
         p = self.sampling_params
-        prompts = self.prompts()
-        for name in ("group_key", "prompt_id"):
-            if getattr(self, name) is not None and len(prompts) != 1:
-                raise ValueError(f"{name} needs exactly one prompt; got {len(prompts)}")
-        return RolloutRequest(
-            prompts=prompts,
-            prompt_ids=[self.prompt_id] if self.prompt_id is not None else None,
+        return native_rollout(
+            self.prompts(),
             group_size=p.n,
             max_tokens=p.max_new_tokens,
             sampling=SamplingParams(
@@ -105,9 +101,8 @@ class GenerateRequest(BaseModel):
                 seed=p.sampling_seed,
             ),
             logprobs=self.return_logprob,
-            chat_template=False,  # SGLang's /generate takes the prompt as it is
             group_key=self.group_key,
-            wait=True,
+            prompt_id=self.prompt_id,
         )
 
 
