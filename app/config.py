@@ -62,6 +62,32 @@ class ServiceLimits(BaseModel):
     retry_after_s: int = Field(5, ge=1, le=3600, description="Retry-After sent with 429")
 
 
+class DraftServerConfig(BaseModel):
+    """The draft server (DGDS, ``app.serve.draft_server``): group texts shared by the engine
+    replicas' grouped drafters (``core.drafting.shared``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, description="run it (off: each replica drafts from its own data)")
+    sync_period_s: float = Field(
+        0.05,
+        ge=0.001,
+        le=60,
+        description="a replica with chunks running exchanges tokens this often (the staleness "
+        "of siblings' text in its drafts)",
+    )
+    call_timeout_s: float = Field(
+        2.0, gt=0, le=600, description="bound on one exchange; past it the replica drafts locally"
+    )
+    max_groups: int = Field(65_536, ge=1, le=10_000_000, description="groups held at most")
+    max_tokens: int = Field(
+        50_000_000, ge=1, le=2**40, description="tokens held at most (least recently used go)"
+    )
+    group_ttl_s: float = Field(
+        3600.0, gt=0, le=604_800, description="a group nobody pushed to this long is dropped"
+    )
+
+
 class ServiceConfig(BaseModel):
     """Everything but the policy: changing any of it restarts the deployments."""
 
@@ -115,6 +141,10 @@ class ServiceConfig(BaseModel):
         30.0, ge=0, le=3600, description="on SIGTERM, running jobs get this long to finish"
     )
     limits: ServiceLimits = Field(default_factory=ServiceLimits)
+    draft_server: DraftServerConfig = Field(
+        default_factory=DraftServerConfig,
+        description="the draft server sharing group texts across replicas (speculation only)",
+    )
     operator_token: SecretStr | None = Field(
         None,
         description="bearer token of operator endpoints (PUT /v1/speculation); None = the "
@@ -131,6 +161,13 @@ class ServiceConfig(BaseModel):
         description="bound on a weight update: running chunks finishing, then every replica "
         "loading the new weights (POST /v1/weights answers 504 past it)",
     )
+
+    def shares_drafts(self) -> bool:
+        """The app runs a draft server: it is enabled and the engines draft from group texts
+        (the sim backend, or vLLM with grouped speculation)."""
+        e = self.engine
+        drafts = e.backend == "sim" or (e.backend == "vllm" and e.speculation.method == "grouped")
+        return self.draft_server.enabled and drafts
 
     def scheduler_base(self) -> SchedulerConfig:
         # No KV pool between replicas here: moving a long request would recompute its whole

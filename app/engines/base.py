@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from app.engines.config import EngineConfig
+from core.drafting.shared import SyncBatch, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
@@ -69,6 +70,12 @@ class ChunkEngine(Protocol):
 
     async def release_groups(self, group_ids: list[str]) -> int:
         """Forget finished groups' drafting state; returns how many were held."""
+
+    async def draft_sync(self, reply: SyncReply | None) -> SyncBatch | None:
+        """One exchange of group texts with the draft server (``core.drafting.shared``):
+        apply ``reply``, the server's answer to the last batch this returned (None: that
+        exchange failed and its tokens are sent again, or there was none), and return the next
+        batch (None: nothing to share now). The engine replica's sync loop drives it."""
 
     async def update_weights(self, path: str, version: int) -> int:
         """Load the policy weights in checkpoint directory ``path`` (``*.safetensors``) as

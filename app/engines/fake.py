@@ -15,6 +15,7 @@ import os
 import time
 
 from app.engines.config import EngineConfig
+from core.drafting.shared import SyncBatch, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
 
@@ -141,6 +142,10 @@ class FakeEngine:
 
     async def release_groups(self, group_ids: list[str]) -> int:
         return 0
+
+    async def draft_sync(self, reply: SyncReply | None) -> SyncBatch | None:
+        """The fake engine never drafts: nothing to share."""
+        return None
 
     async def update_weights(self, path: str, version: int) -> int:
         """The fake's "weights" are the checkpoint directory's name (it must exist)."""

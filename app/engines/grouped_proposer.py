@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from core.drafting.shared import SyncClient, SyncReply
 from core.drafting.step_drafter import DraftSettings, RowView, StepDrafter
 
 #: import path vLLM loads the proposer from (``speculative_config.model``)
@@ -165,6 +166,20 @@ class SeerWorkerExtension:
         drafter.configure(DraftSettings(**settings))
         return asdict(drafter.settings)
 
+    def seer_draft_sync(self, replica_id: str, reply: dict | None) -> dict | None:
+        """Apply the draft server's reply to the last batch (None: that exchange failed) and
+        return the next batch (None: nothing to share); plain dicts cross vLLM's RPC. The
+        first call starts sharing (an engine without a draft server never queues tokens)."""
+        drafter = self._seer_drafter()
+        if drafter is None:
+            return None
+        if drafter.sync is None:
+            drafter.sync = SyncClient(replica_id)
+            for gid in drafter.store.group_ids():
+                drafter.sync.watch(gid)
+        batch = drafter.sync_step(None if reply is None else SyncReply.model_validate(reply))
+        return None if batch is None else batch.model_dump()
+
     def seer_release_groups(self, group_ids: list[str]) -> int:
         drafter = self._seer_drafter()
         return 0 if drafter is None else drafter.release_groups(group_ids)
@@ -178,7 +193,11 @@ class SeerWorkerExtension:
         self.reload_weights(weights_path=path)  # type: ignore[attr-defined]
         retie_head(self.model_runner.get_model())
         drafter = self._seer_drafter()
-        return 0 if drafter is None else drafter.release_groups(list(drafter.store.group_ids()))
+        if drafter is None:
+            return 0
+        if drafter.sync is not None:
+            drafter.sync.clear()
+        return drafter.release_groups(list(drafter.store.group_ids()))
 
     def seer_snapshot(self) -> dict:
         drafter = self._seer_drafter()

@@ -12,10 +12,12 @@ its KV pull from the global pool (``cost.migrate_time``, not blocking the batch)
 
 Speculation (a chunk that asks for it, ``ChunkRequest.speculate``) follows the simulator: the
 chunk decodes at the acceptance model's per-token rate for the number of its group's siblings
-that already got past its position, with draft lengths from the adaptive policy. Without a
-draft server an engine knows only the siblings it ran itself (the responses of this replica's
-chunks), so a group spread over many replicas drafts from fewer references than
-``seer simulate`` assumes (one group index over the cluster).
+that already got past its position, with draft lengths from the adaptive policy. A sibling's
+progress is known from the chunks this engine ran and, once the replica's sync loop calls
+``draft_sync``, from the draft server (``core.drafting.shared``, lengths only): every chunk's
+tokens are pushed when it ends and the watched groups' lengths pulled, so a group spread over
+many replicas drafts from the whole group, as ``seer simulate`` assumes (one group index over
+the cluster), up to the sync period's staleness.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from app.engines.sim_workload import (
     encode_text,
     sim_workload,
 )
+from core.drafting.shared import FINISHED, SyncBatch, SyncClient, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
 from core.sim.acceptance import AcceptanceModel, paper_model
@@ -47,7 +50,7 @@ CHAT = ("<|user|>\n", "\n<|assistant|>\n")
 _HELD_MAX = 65_536  # requests whose context this engine remembers holding (LRU)
 _MAX_EVENTS = 1_000_000  # events handled in one catch-up: fail loudly rather than hang
 _GROUPS_MAX = 65_536  # groups whose responses' progress this engine remembers (LRU)
-_DONE = 1 << 62  # progress of a finished response: past every position
+_DONE = FINISHED  # progress of a finished response: past every position
 
 
 class _Phase(Enum):
@@ -102,8 +105,10 @@ class SimEngine:
         self._hits = 0
         self._acceptance: AcceptanceModel = paper_model()
         self.speculation: DraftSettings = config.speculation.settings
-        # group id -> response index -> tokens it is known to have generated on this engine
-        self._progress: OrderedDict[str, dict[int, int]] = OrderedDict()
+        # group id -> request id -> tokens it is known to have generated (here or, through the
+        # draft server, on another replica)
+        self._progress: OrderedDict[str, dict[str, int]] = OrderedDict()
+        self._sync: SyncClient | None = None
         self.weights_version = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -203,27 +208,75 @@ class SimEngine:
         else:
             inst.add(chunk.arrival)
             self._replan()
+        if self._sync is not None:
+            self._sync.watch(request.group_id)
         try:
             await chunk.future
         finally:
             if k in self._chunks:  # cancelled by the caller: free the slot at once
                 self._take_out(k)
-        return self._result(chunk)
+        result = self._result(chunk)
+        if self._sync is not None:
+            finished = result.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
+            self._sync.push(request.group_id, request.request_id, done, result.token_ids, finished)
+        return result
 
     def _references(self, request: ChunkRequest, position: int) -> int:
-        """Siblings this engine has seen generate past ``position`` (or finish)."""
+        """Siblings known to have generated past ``position`` (or finished)."""
         group = self._progress.get(request.group_id)
         if group is None:
             return 0
-        me = request.response_index
-        return sum(1 for i, n in group.items() if i != me and n >= position)
+        me = request.request_id
+        return sum(1 for r, n in group.items() if r != me and n >= position)
 
-    def _record(self, request: ChunkRequest, generated: int) -> None:
-        group = self._progress.setdefault(request.group_id, {})
-        self._progress.move_to_end(request.group_id)
-        group[request.response_index] = max(group.get(request.response_index, 0), generated)
+    def _record(self, group_id: str, request_id: str, generated: int) -> None:
+        group = self._progress.setdefault(group_id, {})
+        self._progress.move_to_end(group_id)
+        group[request_id] = max(group.get(request_id, 0), generated)
         while len(self._progress) > _GROUPS_MAX:
             self._progress.popitem(last=False)
+
+    async def draft_sync(self, reply: SyncReply | None) -> SyncBatch | None:
+        """Lengths-only exchange with the draft server (see the module docstring); the first
+        call starts sharing."""
+        if self._sync is None:
+            self._sync = SyncClient(self.replica_id, lengths_only=True)
+            for gid in self._progress:
+                self._sync.watch(gid)
+        changed: set[str] = set()
+        for update in self._sync.done(reply):
+            for rid, n in update.lengths.items():
+                self._record(update.group_id, rid, n)
+            changed.add(update.group_id)
+        if changed:
+            self._refresh_alphas(changed)
+        return self._sync.batch()
+
+    def _refresh_alphas(self, groups: set[str]) -> None:
+        """Speculating chunks of ``groups`` draft from the siblings now known (at their start
+        position, as when they arrived), from now on: the vLLM drafter, too, uses what the
+        draft server brought at its next step."""
+        inst = self._inst
+        if inst is None or not self.speculation.enabled:
+            return
+        raised: list[tuple[int, float]] = []
+        for k, chunk in self._chunks.items():
+            req = chunk.request
+            if not req.speculate or req.group_id not in groups:
+                continue
+            alpha = self._acceptance.alpha(self._references(req, len(req.generated_token_ids)))
+            if alpha > chunk.arrival.alpha:
+                raised.append((k, alpha))
+        if not raised:
+            return
+        self._advance()  # the old rates hold up to now (chunks may end here)
+        for k, alpha in raised:
+            live = self._chunks.get(k)
+            if live is None:
+                continue
+            live.arrival = dataclasses.replace(live.arrival, alpha=alpha)
+            inst.set_alpha(k, alpha)  # a chunk still pulling its KV takes it when it arrives
+        self._replan()
 
     async def check_health(self) -> None:
         return None
@@ -234,6 +287,8 @@ class SimEngine:
         return settings
 
     async def release_groups(self, group_ids: list[str]) -> int:
+        if self._sync is not None:
+            self._sync.forget(group_ids)
         return sum(self._progress.pop(g, None) is not None for g in group_ids)
 
     async def update_weights(self, path: str, version: int) -> int:
@@ -242,6 +297,8 @@ class SimEngine:
         if not await asyncio.to_thread(os.path.isdir, path):
             raise ValueError(f"{self.replica_id}: weights path {path!r} is not a directory")
         self._progress.clear()
+        if self._sync is not None:
+            self._sync.clear()
         self.weights_version = version
         return version
 
@@ -356,7 +413,7 @@ class SimEngine:
             chunk.finish = req.budget_end(chunk.produced, self.max_model_len)
         done = len(req.generated_token_ids) + chunk.produced
         finished = chunk.finish in (FinishReason.STOP, FinishReason.LENGTH)
-        self._record(req, _DONE if finished else done)
+        self._record(req.group_id, req.request_id, _DONE if finished else done)
         if chunk.finish in (FinishReason.CHUNK, FinishReason.ABORT):
             context = len(req.prompt_token_ids) + len(req.generated_token_ids) + chunk.produced
             self._held[req.request_id] = context

@@ -27,6 +27,7 @@ from app.engines.grouped_proposer import PROPOSER, WORKER_EXTENSION, seer_extra_
 from app.engines.tokenizer import Tokenizer
 from app.env import apply_engine_env
 from app.models import resolve_model
+from core.drafting.shared import SyncBatch, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
 
@@ -226,6 +227,16 @@ class VllmEngine:
         if not self.grouped or not group_ids:
             return 0
         return int(sum(await self._rpc("seer_release_groups", list(group_ids))))
+
+    async def draft_sync(self, reply: SyncReply | None) -> SyncBatch | None:
+        """One exchange step of the grouped drafter with the draft server (between steps,
+        like every RPC into the worker): the reply is applied to its group indexes and the
+        tokens generated since the last batch come back as the next batch."""
+        if not self.grouped or self._engine is None:
+            return None
+        wire = None if reply is None else reply.model_dump()
+        out = (await self._rpc("seer_draft_sync", self.replica_id, wire))[0]
+        return None if out is None else SyncBatch.model_validate(out)
 
     async def update_weights(self, path: str, version: int) -> int:
         """Load the checkpoint in ``path`` in place into every worker (between steps), then

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from ray.serve import Application
 
 from app.config import AppConfig
+from app.serve.draft_server import DraftServer
 from app.serve.engine_replica import EngineReplica
 from app.serve.ingress import Ingress
 from app.serve.scheduler import SeerScheduler
@@ -32,12 +33,20 @@ def _versioned(deployment: Any, *parts: object) -> Any:
 
 def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
     """Ingress -> SeerScheduler -> ``num_replicas`` engine replicas, each its own named
-    deployment so that the scheduler addresses replicas one by one (its choice always wins).
-    The policy is the scheduler's ``user_config``: a new value reconfigures it live."""
+    deployment so that the scheduler addresses replicas one by one (its choice always wins),
+    and, when the engines draft (``ServiceConfig.shares_drafts``), one draft server they all
+    exchange group texts with. The policy is the scheduler's ``user_config``: a new value
+    reconfigures it live."""
     config = args if isinstance(args, AppConfig) else AppConfig.model_validate(args or {})
     service = config.service()
     replica = cast(Any, EngineReplica)  # @serve.deployment hides .options/.bind from mypy
     ids = replica_ids(config)
+    sharing = config.draft_server
+    drafts = (
+        _versioned(cast(Any, DraftServer).options(), sharing).bind(sharing)
+        if config.shares_drafts()
+        else None
+    )
     engines = [
         _versioned(
             replica.options(
@@ -45,11 +54,12 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
             ),
             config.engine,
             rid,
-        ).bind(config.engine, rid)
+            sharing if drafts is not None else None,
+        ).bind(config.engine, rid, drafts, sharing)
         for i, rid in enumerate(ids)
     ]
     scheduler = _versioned(
         cast(Any, SeerScheduler).options(user_config=config.user_config()), service, ids
     )
     ingress = _versioned(cast(Any, Ingress).options(), service)
-    return cast(Application, ingress.bind(service, scheduler.bind(service, engines, ids)))
+    return cast(Application, ingress.bind(service, scheduler.bind(service, engines, ids, drafts)))

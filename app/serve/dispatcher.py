@@ -36,7 +36,7 @@ from app.config import ServiceConfig
 from app.rollout import JobPlan, RequestRun, assemble_group
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
-from app.serve.speculation import SpeculationControl, SpeculationState
+from app.serve.speculation import SharedDrafts, SpeculationControl, SpeculationState
 from app.serve.weights import WeightsState, WeightsUpdate
 from app.store.keys import prompt_hash
 from core.drafting.step_drafter import DraftSettings
@@ -127,9 +127,11 @@ class Dispatcher:
         metrics: ServiceMetrics | None = None,
         sink: EventSink | None = None,
         prior: LengthPrior | None = None,
+        drafts: SharedDrafts | None = None,
     ) -> None:
         """``sink``: where events go (None: nowhere); ``prior``: recorded lengths for policies
-        that use one (``context-prior``; None: those run without a prior)."""
+        that use one (``context-prior``; None: those run without a prior); ``drafts``: the draft
+        server (finished groups released there too, reset on new weights)."""
         self.links = links
         self.sink = sink
         self.prior = prior
@@ -158,7 +160,7 @@ class Dispatcher:
         self._loop_task: asyncio.Task[None] | None = None
         self._health_task: asyncio.Task[None] | None = None
         self.speculation = SpeculationControl(
-            links, config.engine.speculation.settings, config.replica_call_timeout_s, sink
+            links, config.engine.speculation.settings, config.replica_call_timeout_s, sink, drafts
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -460,6 +462,7 @@ class Dispatcher:
             for i in live:
                 if i not in ok:
                     self._set_state(i, ReplicaState.DOWN, f"loading weights v{new} failed")
+            await self.speculation.reset_shared()
             self.weights = WeightsState(version=new, path=path, updated_at=t_loaded)
             self.scheduler.set_policy_version(new)
             log.info(
@@ -851,6 +854,10 @@ class Dispatcher:
                 m.replica_running.labels(rep.replica_id).set(rep.load.running)
                 m.replica_waiting.labels(rep.replica_id).set(rep.load.waiting)
                 m.replica_kv.labels(rep.replica_id).set(rep.load.kv_usage)
+                m.draft_exchanges.labels(rep.replica_id, "ok").set(rep.load.draft_exchanges)
+                m.draft_exchanges.labels(rep.replica_id, "failed").set(
+                    rep.load.draft_exchange_failures
+                )
         return m.render()
 
 

@@ -1,15 +1,30 @@
-"""Engine replica deployment: a thin Serve wrapper around one ``ChunkEngine``."""
+"""Engine replica deployment: a thin Serve wrapper around one ``ChunkEngine``.
+
+With a draft server, the replica runs one sync loop: while chunks run it exchanges group texts
+every ``sync_period_s`` (``engine.draft_sync``; the period bounds the staleness of the siblings'
+text its drafts see), each exchange bounded by ``call_timeout_s``; once no chunk runs and the
+last tokens went out it sleeps until a chunk starts. A failed exchange is logged and counted,
+its tokens sent again with the next one, and the engine goes on drafting from its own data.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from typing import Any
 
 from ray import serve
 
+from app.config import DraftServerConfig
 from app.engines.config import EngineConfig
 from app.engines.registry import make_engine
+from core.drafting.shared import SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
+
+log = logging.getLogger("seer.engine_replica")
+_IDLE_WAKE_S = 60.0  # bound on the idle wait (it ends at once when a chunk starts)
 
 
 @serve.deployment(
@@ -19,12 +34,57 @@ from core.engine import ChunkRequest, ChunkResult, EngineLoad
     health_check_timeout_s=60,
 )
 class EngineReplica:
-    async def __init__(self, config: EngineConfig, replica_id: str) -> None:  # type: ignore[misc]
+    async def __init__(  # type: ignore[misc]
+        self,
+        config: EngineConfig,
+        replica_id: str,
+        draft_server: Any = None,
+        sharing: DraftServerConfig | None = None,
+    ) -> None:
         self.engine = make_engine(config, replica_id)
         await asyncio.wait_for(self.engine.start(), config.start_timeout_s)
+        self._running = 0
+        self._active = asyncio.Event()
+        self.exchanges = 0
+        self.exchange_failures = 0
+        self._sync_task: asyncio.Task[None] | None = None
+        if draft_server is not None:
+            self._sync_task = asyncio.create_task(
+                self._sync_forever(draft_server, sharing or DraftServerConfig())
+            )
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
-        return await self.engine.run_chunk(request)
+        self._running += 1
+        self._active.set()
+        try:
+            return await self.engine.run_chunk(request)
+        finally:
+            self._running -= 1
+
+    async def _sync_forever(self, server: Any, cfg: DraftServerConfig) -> None:
+        reply: SyncReply | None = None
+        while True:
+            try:
+                batch = await self.engine.draft_sync(reply)
+            except Exception as exc:  # noqa: BLE001 - a dead engine fails its health check
+                log.warning("draft sync step failed on the engine: %r", exc)
+                batch = None
+            reply = None
+            if batch is not None:
+                try:
+                    reply = await asyncio.wait_for(
+                        server.exchange.remote(batch), cfg.call_timeout_s
+                    )
+                    self.exchanges += 1
+                except Exception as exc:  # noqa: BLE001 - drafts fall back to local data
+                    self.exchange_failures += 1
+                    log.debug("draft server exchange failed: %r", exc)
+            if self._running == 0 and (batch is None or not batch.pushes):
+                self._active.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._active.wait(), _IDLE_WAKE_S)
+            else:
+                await asyncio.sleep(cfg.sync_period_s)
 
     async def abort(self, request_id: str) -> bool:
         return await self.engine.abort(request_id)
@@ -44,4 +104,9 @@ class EngineReplica:
 
     async def load(self) -> EngineLoad:  # async: on the engine's event loop, not a thread
         await self.engine.check_health()  # a dead engine is not reported as healthy load
-        return self.engine.load()
+        return self.engine.load().model_copy(
+            update={
+                "draft_exchanges": self.exchanges,
+                "draft_exchange_failures": self.exchange_failures,
+            }
+        )

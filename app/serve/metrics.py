@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 if TYPE_CHECKING:
     from app.store.writer import WriterStats
+    from core.drafting.shared import SharedStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -90,7 +91,28 @@ class ServiceMetrics:
             ["result"],
             registry=r,
         )
+        self.draft_server = Gauge(
+            "seer_draft_server",
+            "draft server (DGDS): groups and tokens held; pushes, applied tokens, rejected "
+            "pushes, released and evicted groups, exchanges since start",
+            ["kind"],
+            registry=r,
+        )
+        self.draft_exchanges = Gauge(
+            "seer_draft_exchanges",
+            "a replica's exchanges with the draft server since it started, by result",
+            ["replica", "result"],
+            registry=r,
+        )
         self._window: deque[tuple[float, int]] = deque()
+
+    def set_draft_server(self, stats: SharedStats | None) -> None:
+        """The draft server's figures (None: it did not answer; the gauges are cleared)."""
+        if stats is None:
+            self.draft_server.clear()
+            return
+        for kind, value in stats.model_dump().items():
+            self.draft_server.labels(kind).set(value)
 
     def set_store(self, stats: WriterStats) -> None:
         for kind in ("accepted", "written", "rejected", "dropped", "pending"):

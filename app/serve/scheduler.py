@@ -20,6 +20,7 @@ from app.config import SchedulerUserConfig, ServiceConfig
 from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
+from app.serve.draft_server import DraftServerLink
 from app.serve.speculation import SpeculationState
 from app.serve.weights import WeightsState, WeightsUpdate
 from app.store.writer import WriterStats
@@ -95,13 +96,22 @@ class SeerScheduler:
     # dispatcher (asyncio events, tasks) must only be touched from the replica's event loop.
 
     async def __init__(  # type: ignore[misc]
-        self, config: ServiceConfig, engines: list[Any], replica_ids: list[str]
+        self,
+        config: ServiceConfig,
+        engines: list[Any],
+        replica_ids: list[str],
+        draft_server: Any = None,
     ) -> None:
         from app.store.service import ServiceStore
 
         self.config = config
         links = ServeLinks(engines, replica_ids)
         self.store = await ServiceStore.open(config.store)
+        self.drafts = (
+            None
+            if draft_server is None
+            else DraftServerLink(draft_server, config.replica_call_timeout_s)
+        )
         # The policy arrives through reconfigure (user_config) before any request is served.
         self.dispatcher = Dispatcher(
             links,
@@ -109,6 +119,7 @@ class SeerScheduler:
             config.resolve_policy("verl"),
             sink=self.store.writer if self.store else None,
             prior=self.store.prior if self.store else None,
+            drafts=self.drafts,
         )
         self.dispatcher.start()
 
@@ -188,6 +199,8 @@ class SeerScheduler:
     async def metrics(self) -> bytes:
         if self.store is not None:
             self.dispatcher.metrics.set_store(self.store.stats())
+        if self.drafts is not None:
+            self.dispatcher.metrics.set_draft_server(await self.drafts.stats())
         return self.dispatcher.render_metrics()
 
     async def drain(self, grace_s: float | None = None) -> int:

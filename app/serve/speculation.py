@@ -6,9 +6,10 @@ Invariants:
   ``timeout_s``; a replica that failed to take them, or that rejoins later (Serve restarted it
   with the config's settings), gets the current ones when it is next seen healthy (``reapply``).
   Every accepted change is one ``SpeculationConfigChanged`` event (the store's audit table).
-- A group whose requests all finished is released on every live replica in batches (one call
-  per replica per flush, at most one flush in flight); engines also drop idle groups on their
-  own (``StepDrafter`` TTL/LRU), so a lost release costs memory for a while, never correctness.
+- A group whose requests all finished is released on every live replica and on the draft
+  server in batches (one call per replica per flush, at most one flush in flight); engines and
+  the draft server also drop idle groups on their own (TTL/LRU), so a lost release costs memory
+  for a while, never correctness. New weights reset the draft server (``reset_shared``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ class SpeculationLinks(Protocol):
     async def release_groups(self, replica: int, group_ids: list[str]) -> int: ...
 
 
+class SharedDrafts(Protocol):
+    """The draft server, as the scheduler reaches it (``app.serve.draft_server``)."""
+
+    async def release(self, group_ids: list[str]) -> int: ...
+
+    async def reset(self) -> int: ...
+
+
 class ReplicaSpeculation(BaseModel):
     replica_id: str
     version: int = Field(description="settings version the replica runs (-1: unknown)")
@@ -62,9 +71,11 @@ class SpeculationControl:
         settings: DraftSettings,
         timeout_s: float,
         sink: EventSink | None = None,
+        shared: SharedDrafts | None = None,
         max_release_batch: int = 4096,
     ) -> None:
         self.links = links
+        self.shared = shared
         self.settings = settings
         self.timeout_s = timeout_s
         self.sink = sink
@@ -167,9 +178,28 @@ class SpeculationControl:
             while self._released:
                 batch = self._released[: self.max_release_batch]
                 del self._released[: self.max_release_batch]
-                await asyncio.gather(*(self._release(i, batch) for i in live))
+                await asyncio.gather(
+                    self._release_shared(batch), *(self._release(i, batch) for i in live)
+                )
         finally:
             self._flushing = False
+
+    async def _release_shared(self, batch: list[str]) -> None:
+        if self.shared is None:
+            return
+        try:
+            await asyncio.wait_for(self.shared.release(batch), self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the draft server expires idle groups
+            log.debug("release of %d groups on the draft server failed: %r", len(batch), exc)
+
+    async def reset_shared(self) -> None:
+        """Drop every group text the draft server holds (they are the old weights')."""
+        if self.shared is None:
+            return
+        try:
+            await asyncio.wait_for(self.shared.reset(), self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - old texts only make drafts worse
+            log.warning("draft server reset after new weights failed: %r", exc)
 
     async def _release(self, i: int, batch: list[str]) -> None:
         try:

