@@ -181,8 +181,11 @@ class SharedGroups:
                 g.tokens += n
                 self._tokens += n
                 applied += n
-            if p.finished and len(held) == p.offset + len(p.token_ids):
+            ends = len(held) == p.offset + len(p.token_ids)
+            if p.finished and ends and p.request_id not in g.finished:
                 g.finished.add(p.request_id)
+                if not n:
+                    g.log.append((p.request_id, len(held), 0))  # news for lengths_only pulls
             g.used = now
             self._groups.move_to_end(p.group_id)
         self._applied += applied
@@ -190,38 +193,40 @@ class SharedGroups:
         return applied, rejected
 
     def update(self, cursor: GroupCursor, lengths_only: bool = False) -> GroupUpdate | None:
-        """What a replica at ``cursor`` lacks; None for a group the server does not hold.
-        A cursor past the log (the server restarted, or reset) gets the whole log."""
+        """What a replica at ``cursor`` lacks; None when that is nothing (or the server does not
+        hold the group). A cursor past the log (the server restarted, or reset) gets the whole
+        log; ``lengths_only``: the lengths of the requests that changed since the cursor."""
         g = self._groups.get(cursor.group_id)
         if g is None:
             return None
         version = len(g.log)
+        if cursor.version == version:
+            return None
+        start = cursor.version if cursor.version < version else 0
         if lengths_only:
-            lengths = {r: FINISHED if r in g.finished else len(t) for r, t in g.texts.items() if t}
+            lengths = {
+                r: FINISHED if r in g.finished else len(g.texts[r])
+                for r in {rid for rid, _, _ in g.log[start:]}
+            }
             return GroupUpdate(group_id=cursor.group_id, version=version, lengths=lengths)
-        start = cursor.version if cursor.version <= version else 0
-        runs: list[TokenPush] = []
-        merged: dict[str, int] = {}  # request -> index in runs of its run that ends last
+        spans: list[list[int | str]] = []  # [request, start, end], contiguous runs merged
+        last: dict[str, int] = {}  # request -> index in spans of its run that ends last
         for rid, offset, n in g.log[start:]:
-            i = merged.get(rid)
-            if i is not None and runs[i].offset + len(runs[i].token_ids) == offset:
-                prev = runs[i]
-                runs[i] = TokenPush(
-                    group_id=cursor.group_id,
-                    request_id=rid,
-                    offset=prev.offset,
-                    token_ids=g.texts[rid][prev.offset : offset + n],
-                )
+            i = last.get(rid)
+            if i is not None and spans[i][2] == offset:
+                spans[i][2] = offset + n
                 continue
-            merged[rid] = len(runs)
-            runs.append(
-                TokenPush(
-                    group_id=cursor.group_id,
-                    request_id=rid,
-                    offset=offset,
-                    token_ids=g.texts[rid][offset : offset + n],
-                )
+            last[rid] = len(spans)
+            spans.append([rid, offset, offset + n])
+        runs = [
+            TokenPush(
+                group_id=cursor.group_id,
+                request_id=str(rid),
+                offset=int(a),
+                token_ids=g.texts[str(rid)][int(a) : int(b)],
             )
+            for rid, a, b in spans
+        ]
         return GroupUpdate(group_id=cursor.group_id, version=version, runs=runs)
 
     def release(self, group_ids: Iterable[str]) -> int:
@@ -281,20 +286,40 @@ class SyncStats:
 
 
 @dataclass(slots=True)
+class _Run:
+    group_id: str
+    request_id: str
+    offset: int
+    token_ids: list[int]
+    finished: bool
+
+    def wire(self) -> TokenPush:
+        return TokenPush.model_construct(
+            group_id=self.group_id,
+            request_id=self.request_id,
+            offset=self.offset,
+            token_ids=self.token_ids,
+            finished=self.finished,
+        )
+
+
+@dataclass(slots=True)
 class SyncClient:
     """The replica side: an outbox of locally generated tokens and a cursor per group.
 
     ``batch()`` takes the outbox and the watched groups' cursors as one ``SyncBatch``;
     ``done(reply)`` then advances the cursors (or, with ``None`` for a failed exchange, puts the
-    pushes back) and returns the updates for the caller to apply."""
+    pushes back) and returns the updates for the caller to apply. ``push`` runs on the decode
+    path (once per row and step): it only appends to plain lists."""
 
     replica_id: str
     lengths_only: bool = False
     max_outbox_tokens: int = 1 << 20
     stats: SyncStats = field(default_factory=SyncStats)
-    _outbox: list[TokenPush] = field(default_factory=list)
+    _outbox: list[_Run] = field(default_factory=list)
+    _last: dict[tuple[str, str], _Run] = field(default_factory=dict)  # its last queued run
     _outbox_tokens: int = 0
-    _inflight: list[TokenPush] = field(default_factory=list)
+    _inflight: list[_Run] = field(default_factory=list)
     _cursors: dict[str, int] = field(default_factory=dict)
     _waiting: bool = False  # a batch was taken and its reply not given yet
 
@@ -306,45 +331,36 @@ class SyncClient:
         token_ids: Sequence[int],
         finished: bool = False,
     ) -> None:
-        """Queue tokens this replica generated (a continuation of the last queued run of the
-        same request is merged into it)."""
+        """Queue tokens this replica generated (a continuation of the request's last queued
+        run is merged into it)."""
         if not token_ids and not finished:
             return
-        if self._outbox:
-            last = self._outbox[-1]
-            if (
-                last.group_id == group_id
-                and last.request_id == request_id
-                and last.offset + len(last.token_ids) == offset
-                and not last.finished
-            ):
-                self._outbox[-1] = TokenPush(
-                    group_id=group_id,
-                    request_id=request_id,
-                    offset=last.offset,
-                    token_ids=[*last.token_ids, *token_ids],
-                    finished=finished,
-                )
-                self._outbox_tokens += len(token_ids)
-                self._bound()
-                return
-        self._outbox.append(
-            TokenPush(
-                group_id=group_id,
-                request_id=request_id,
-                offset=offset,
-                token_ids=list(token_ids),
-                finished=finished,
-            )
-        )
+        key = (group_id, request_id)
+        prev = self._last.get(key)
+        if prev is not None and prev.offset + len(prev.token_ids) == offset and not prev.finished:
+            prev.token_ids.extend(token_ids)
+            prev.finished = finished
+        else:
+            run = _Run(group_id, request_id, offset, list(token_ids), finished)
+            self._outbox.append(run)
+            self._last[key] = run
         self._outbox_tokens += len(token_ids)
-        self._bound()
+        if self._outbox_tokens > self.max_outbox_tokens:
+            self._bound()
 
     def _bound(self) -> None:
-        while self._outbox_tokens > self.max_outbox_tokens and len(self._outbox) > 1:
-            gone = self._outbox.pop(0)
-            self._outbox_tokens -= len(gone.token_ids)
-            self.stats.dropped_tokens += len(gone.token_ids)
+        drop = 0
+        while self._outbox_tokens > self.max_outbox_tokens and drop < len(self._outbox) - 1:
+            n = len(self._outbox[drop].token_ids)
+            self._outbox_tokens -= n
+            self.stats.dropped_tokens += n
+            drop += 1
+        del self._outbox[:drop]
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._last = {(r.group_id, r.request_id): r for r in self._outbox}
+        self._outbox_tokens = sum(len(r.token_ids) for r in self._outbox)
 
     def watch(self, group_id: str) -> None:
         self._cursors.setdefault(group_id, 0)
@@ -353,16 +369,16 @@ class SyncClient:
         gone = set(group_ids)
         for gid in gone:
             self._cursors.pop(gid, None)
-        self._outbox = [p for p in self._outbox if p.group_id not in gone]
-        self._outbox_tokens = sum(len(p.token_ids) for p in self._outbox)
+        self._outbox = [r for r in self._outbox if r.group_id not in gone]
+        self._reindex()
 
     def clear(self) -> None:
         """Forget everything (new weights: what was generated before is another policy's)."""
         self._outbox.clear()
         self._inflight.clear()
-        self._outbox_tokens = 0
         self._cursors.clear()
         self._waiting = False
+        self._reindex()
 
     def batch(self) -> SyncBatch | None:
         """The next exchange; None when there is nothing to push or watch."""
@@ -370,11 +386,13 @@ class SyncClient:
             return None
         self._waiting = True
         self._inflight, self._outbox = self._outbox, []
-        self._outbox_tokens = 0
-        return SyncBatch(
+        self._reindex()
+        return SyncBatch.model_construct(
             replica_id=self.replica_id,
-            pushes=self._inflight,
-            cursors=[GroupCursor(group_id=g, version=v) for g, v in self._cursors.items()],
+            pushes=[r.wire() for r in self._inflight],
+            cursors=[
+                GroupCursor.model_construct(group_id=g, version=v) for g, v in self._cursors.items()
+            ],
             lengths_only=self.lengths_only,
         )
 
@@ -387,11 +405,12 @@ class SyncClient:
         if reply is None:
             self.stats.failures += 1
             self._outbox[:0] = sent
-            self._outbox_tokens = sum(len(p.token_ids) for p in self._outbox)
-            self._bound()
+            self._reindex()
+            if self._outbox_tokens > self.max_outbox_tokens:
+                self._bound()
             return []
         self.stats.exchanges += 1
-        self.stats.pushed_tokens += sum(len(p.token_ids) for p in sent)
+        self.stats.pushed_tokens += sum(len(r.token_ids) for r in sent)
         out = []
         for u in reply.updates:
             if u.group_id in self._cursors:  # not forgotten while the exchange ran

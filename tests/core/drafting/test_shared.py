@@ -56,18 +56,24 @@ def test_cursor_pulls_only_what_is_new_and_a_cursor_past_the_log_gets_all() -> N
         ("a", 2, [3]),
         ("b", 1, [8, 9]),
     ]
-    assert s.update(GroupCursor(group_id="g", version=new.version)).runs == []  # type: ignore[union-attr]
+    assert s.update(GroupCursor(group_id="g", version=new.version)) is None  # nothing new
     again = s.update(GroupCursor(group_id="g", version=99))  # server restarted or reset
     assert again is not None and sum(len(r.token_ids) for r in again.runs) == 6
     assert s.update(GroupCursor(group_id="other", version=0)) is None
 
 
-def test_lengths_only_reports_lengths_and_finished_requests() -> None:
+def test_lengths_only_reports_the_lengths_that_changed_and_finished_requests() -> None:
     s = SharedGroups()
     s.push([push("a", 0, [1, 2, 3]), push("b", 0, [4, 5], finished=True)])
     u = s.update(GroupCursor(group_id="g"), lengths_only=True)
     assert u is not None and u.runs == []
     assert u.lengths == {"a": 3, "b": FINISHED}
+    s.push([push("a", 3, [4])])
+    v = s.update(GroupCursor(group_id="g", version=u.version), lengths_only=True)
+    assert v is not None and v.lengths == {"a": 4}  # only what changed
+    s.push([push("a", 0, [1, 2, 3, 4], finished=True)])  # no new token, but now finished
+    w = s.update(GroupCursor(group_id="g", version=v.version), lengths_only=True)
+    assert w is not None and w.lengths == {"a": FINISHED}
 
 
 def test_released_groups_are_dropped_and_late_pushes_ignored() -> None:
