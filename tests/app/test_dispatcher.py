@@ -109,15 +109,32 @@ def _plan(
     return expand(job, req, [[40 + i, 41, 42, 43] for i in range(prompts)])
 
 
+class FakeDrafts:
+    """The draft server as the dispatcher sees it: releases and resets, recorded."""
+
+    def __init__(self) -> None:
+        self.released: list[str] = []
+        self.resets = 0
+
+    async def release(self, group_ids: list[str]) -> int:
+        self.released += group_ids
+        return len(group_ids)
+
+    async def reset(self) -> int:
+        self.resets += 1
+        return 0
+
+
 async def _with(
     links: FakeLinks,
     config: ServiceConfig,
     policy: str,
     body: Callable[[Dispatcher], Awaitable[None]],
     sink: EventSink | None = None,
+    drafts: FakeDrafts | None = None,
 ) -> Dispatcher:
     await links.start()
-    d = Dispatcher(links, config, config.resolve_policy(policy), sink=sink)
+    d = Dispatcher(links, config, config.resolve_policy(policy), sink=sink, drafts=drafts)
     d.start()
     await d.probe_all()  # replicas join before the first job
     try:
@@ -448,12 +465,13 @@ def test_chunks_carry_the_policys_speculation_and_probes(policy: str) -> None:
 def test_speculation_settings_reach_every_replica_live_and_rejoining_ones_later() -> None:
     links = FakeLinks(n=3)
     sink = CollectingSink()
+    drafts = FakeDrafts()
     new = DraftSettings(enabled=False, max_draft=4)
 
     async def main() -> None:
         await links.start()
         cfg = _config()
-        d = Dispatcher(links, cfg, cfg.resolve_policy("seer"), sink=sink)
+        d = Dispatcher(links, cfg, cfg.resolve_policy("seer"), sink=sink, drafts=drafts)
         d.start()
         await d.probe_all()
         try:
@@ -473,14 +491,15 @@ def test_speculation_settings_reach_every_replica_live_and_rejoining_ones_later(
                 await asyncio.sleep(0.01)
             assert links.engines[2].speculation == new
             assert [r.version for r in d.speculation.state().replicas] == [1, 1, 1]
-            # finished groups are released on the live replicas, in batches
+            # finished groups are released on the live replicas and the draft server
             d.submit(_plan("rel", prompts=2, g=2, max_tokens=20))
             await d.wait("rel")
             for _ in range(100):
-                if all(len(r) == 2 for r in links.released):
+                if all(len(r) == 2 for r in links.released) and len(drafts.released) == 2:
                     break
                 await asyncio.sleep(0.01)
             assert [sorted(r) for r in links.released] == [["rel-g0", "rel-g1"]] * 3
+            assert sorted(drafts.released) == ["rel-g0", "rel-g1"]
         finally:
             await d.close()
 

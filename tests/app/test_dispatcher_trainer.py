@@ -12,7 +12,7 @@ from app.api import JobState
 from app.serve.dispatcher import Dispatcher, ReplicaState
 from app.serve.jobs import JobError
 from core.events import CollectingSink, JobStarted, RequestFinished
-from tests.app.test_dispatcher import FakeLinks, _config, _plan, _with
+from tests.app.test_dispatcher import FakeDrafts, FakeLinks, _config, _plan, _with
 
 
 def test_jobs_with_one_group_key_run_as_one_scheduler_group() -> None:
@@ -54,6 +54,7 @@ def test_cancelling_one_job_of_a_shared_group_leaves_the_others() -> None:
 def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: Path) -> None:
     links = FakeLinks(step_s=0.005)
     sink = CollectingSink()
+    drafts = FakeDrafts()
     ckpt = tmp_path / "step-1"
     ckpt.mkdir()
 
@@ -70,6 +71,7 @@ def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: 
         assert sorted(update.replicas) == ["replica-0", "replica-1"]
         assert d.weights.version == 1 and d.weights.path == str(ckpt)
         assert [e.weights_version for e in links.engines] == [1, 1]
+        assert drafts.resets == 1  # the old policy's group texts are dropped there too
         done = await d.wait("w")
         assert done.state is JobState.DONE, done.error
         versions = {r.policy_version for g in done.results for r in g.responses}
@@ -91,7 +93,7 @@ def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: 
         for rid, run in job.plan.runs.items():
             assert tagged[rid] == run.policy_version
 
-    asyncio.run(_with(links, _config(), "context", body, sink=sink))
+    asyncio.run(_with(links, _config(), "context", body, sink=sink, drafts=drafts))
 
 
 def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: Path) -> None:

@@ -1,0 +1,107 @@
+"""The engine replica's sync loop with the draft server (``app.serve.engine_replica``), on a sim
+engine and an in-process server whose exchanges work, fail or hang: rollouts go on, failures
+are counted, and the tokens of failed exchanges reach the server once it answers again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from app.config import DraftServerConfig
+from app.engines.config import EngineConfig, SimConfig
+from app.engines.sim_workload import group_prompt
+from app.serve.engine_replica import EngineReplica
+from core.drafting.shared import GroupCursor, SharedGroups, SyncBatch, SyncReply
+from core.engine import ChunkRequest
+
+SIM = SimConfig(workload="qwen2-vl", scale=0.05, time_scale=1e-5)
+SHARING = DraftServerConfig(sync_period_s=0.01, call_timeout_s=0.05)
+
+
+class Server:
+    """Stands in for the DraftServer handle: ``exchange.remote(batch)``."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode  # ok | fail | hang
+        self.groups = SharedGroups()
+        self.calls = 0
+
+    @property
+    def exchange(self) -> Server:
+        return self
+
+    def remote(self, batch: SyncBatch) -> Coroutine[Any, Any, SyncReply]:
+        self.calls += 1
+        mode = self.mode
+
+        async def answer() -> SyncReply:
+            if mode == "hang":
+                await asyncio.sleep(3600)
+            if mode == "fail":
+                raise RuntimeError("draft server down")
+            return self.groups.exchange(batch)
+
+        return answer()
+
+
+async def _replica(server: Server) -> Any:
+    cls: Any = EngineReplica.func_or_class  # the class under Serve's decorator
+    replica = cls.__new__(cls)
+    cfg = EngineConfig(backend="sim", max_model_len=65_536, max_num_seqs=256, sim=SIM)
+    await cls.__init__(replica, cfg, "sim-0", server, SHARING)
+    return replica
+
+
+def _chunk(j: int) -> ChunkRequest:
+    return ChunkRequest(
+        request_id=f"r{j}",
+        group_id="g",
+        response_index=j,
+        prompt_token_ids=group_prompt(SIM, 0),
+        max_new_tokens=100_000,
+        max_tokens=40_960,
+        speculate=True,
+    )
+
+
+async def _until(cond: Any, what: str) -> None:
+    for _ in range(500):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail", "hang"])
+def test_rollouts_go_on_and_tokens_arrive_once_the_server_answers(mode: str) -> None:
+    async def main() -> None:
+        server = Server(mode)
+        replica = await _replica(server)
+        try:
+            results = await asyncio.gather(*(replica.run_chunk(_chunk(j)) for j in range(3)))
+            assert all(r.finished for r in results)  # the rollout never waits on the server
+            if mode != "ok":
+                await _until(lambda: replica.exchange_failures >= 2, "failed exchanges")
+                load = await replica.load()
+                assert load.draft_exchange_failures >= 2
+                server.mode = "ok"
+                replica._active.set()  # a new chunk would wake an idle loop the same way
+            await _until(lambda: replica.exchanges >= 1, "an exchange")
+            await _until(
+                lambda: (
+                    server.groups.update(GroupCursor(group_id="g"), lengths_only=True) is not None
+                ),
+                "the group on the server",
+            )
+            update = server.groups.update(GroupCursor(group_id="g"), lengths_only=True)
+            assert update is not None
+            assert len(update.lengths) == 3  # every response's tokens, pushed again if needed
+            assert (await replica.load()).draft_exchanges >= 1
+        finally:
+            assert replica._sync_task is not None
+            replica._sync_task.cancel()
+
+    asyncio.run(main())
