@@ -16,18 +16,13 @@ from typing import Any
 from ray import serve
 
 from app.config import DraftServerConfig
+from app.serve.options import SINGLETON
 from core.drafting.shared import SharedGroups, SharedStats, SyncBatch, SyncReply
 
 log = logging.getLogger("seer.draft_server")
 
 
-@serve.deployment(
-    num_replicas=1,
-    ray_actor_options={"num_cpus": 0.25},
-    max_ongoing_requests=10_000,
-    health_check_period_s=10,
-    health_check_timeout_s=30,
-)
+@serve.deployment(**SINGLETON)
 class DraftServer:
     async def __init__(self, config: DraftServerConfig) -> None:  # type: ignore[misc]
         self.groups = SharedGroups(

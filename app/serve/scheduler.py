@@ -21,6 +21,7 @@ from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
 from app.serve.draft_server import DraftServerLink
+from app.serve.options import SINGLETON
 from app.serve.speculation import SpeculationState
 from app.serve.weights import WeightsState, WeightsUpdate
 from app.store.writer import WriterStats
@@ -84,13 +85,7 @@ class JobOutcome(BaseModel):
     groups: list[GroupResult]  # in prompt order when DONE
 
 
-@serve.deployment(
-    num_replicas=1,
-    ray_actor_options={"num_cpus": 0.25},
-    max_ongoing_requests=10_000,
-    health_check_period_s=10,
-    health_check_timeout_s=30,
-)
+@serve.deployment(**SINGLETON)
 class SeerScheduler:
     # Every method is ``async def``: Serve runs sync methods in a worker thread, and the
     # dispatcher (asyncio events, tasks) must only be touched from the replica's event loop.
