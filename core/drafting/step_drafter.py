@@ -19,6 +19,7 @@ the group index then holds the union, each request's text still a prefix of the 
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -117,6 +118,8 @@ class StepDrafter:
     step_model: StepTimeModel = field(default_factory=StepTimeModel)
     acceptance: AcceptanceEstimator = field(default_factory=AcceptanceEstimator)
     sync: SyncClient | None = None  # shares group texts with other replicas when set
+    # names this drafter's aliases of rewound requests apart from other replicas' (shared texts)
+    alias_tag: str = field(default_factory=lambda: secrets.token_hex(4))
     _rows: dict[str, _Row] = field(default_factory=dict)
     _finished: OrderedDict[str, DraftCounts] = field(default_factory=OrderedDict)
     _group_used: OrderedDict[str, float] = field(default_factory=OrderedDict)
@@ -216,14 +219,14 @@ class StepDrafter:
             # were dropped): continue under a fresh alias; the old text stays a sibling.
             n = self._aliases.get((gid, row.request_id), 0) + 1
             self._aliases[(gid, row.request_id)] = n
-            key = f"{row.request_id}#{n}"
+            key = self._key(gid, row.request_id)
         st = _Row(group_id=gid, key=key, prompt_len=row.prompt_len)
         self._rows[row.row_id] = st
         return st
 
     def _key(self, group_id: str, request_id: str) -> str:
         n = self._aliases.get((group_id, request_id), 0)
-        return request_id if n == 0 else f"{request_id}#{n}"
+        return request_id if n == 0 else f"{request_id}#{self.alias_tag}.{n}"
 
     def _draft(self, rows: Sequence[RowView], states: Sequence[_Row]) -> list[list[int]]:
         s = self.settings

@@ -182,3 +182,27 @@ def test_a_replica_drafts_from_a_sibling_that_ran_on_another_replica() -> None:
     # released groups stop being watched (and pushed)
     b.release_groups(["g"])
     assert b.sync is not None and b.sync.batch() is None
+
+
+def test_rewound_requests_alias_apart_on_each_replica() -> None:
+    """Two replicas that each rewind the same request name their aliases differently, so the
+    draft server holds both texts instead of rejecting one as a conflict."""
+    server = SharedGroups()
+    texts = {}
+    for name in ("r0", "r1"):
+        d, eng = _replica(name)
+        target = _target(30, 7 if name == "r0" else 8)
+        first = eng.add(Row("x-c0", "g", "x", target))
+        for _ in range(10):
+            eng.step()
+        del eng.rows[first.row_id]
+        eng.add(Row("x-c1", "g", "x", target, text=list(PROMPT) + target[:3]))
+        for _ in range(3):
+            eng.step()
+        batch = d.sync_step(None)
+        assert batch is not None
+        server.exchange(batch)
+        texts[name] = {p.request_id for p in batch.pushes}
+    aliases = [k for ks in texts.values() for k in ks if k != "x"]
+    assert len(aliases) == 2 and len(set(aliases)) == 2
+    assert server.stats().rejected_pushes == 1  # only the two replicas' texts of "x" clash
