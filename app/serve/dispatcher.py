@@ -745,6 +745,8 @@ class Dispatcher:
             elif rep.state is ReplicaState.DOWN:
                 rep.error = f"health probe failed: {exc!r}"
             return
+        if rep.state is ReplicaState.FAILED:
+            return  # it failed for good while the probe was out: an answer does not revive it
         rep.load = load
         if load.weights_version != self.weights.version and not self.weights.updating:
             self._out_of_date(i, load.weights_version)

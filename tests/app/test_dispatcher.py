@@ -284,6 +284,36 @@ def test_a_replica_that_keeps_failing_leaves_rotation_for_good() -> None:
     asyncio.run(_with(links, _config(max_replica_failures=3), "context", body))
 
 
+def test_a_probe_answering_after_the_replica_failed_for_good_does_not_revive_it() -> None:
+    """A health probe in flight while its replica fails for good must not bring it back when
+    the answer arrives (seen in CI: the background probe revived a failed replica)."""
+    links = FakeLinks()
+    links.fail = lambda replica, chunk: replica == 1
+
+    async def body(d: Dispatcher) -> None:
+        gate = asyncio.Event()
+        answer = links.load
+
+        async def held(replica: int) -> EngineLoad:
+            if replica == 1:
+                await gate.wait()
+            return await answer(replica)
+
+        links.load = held  # type: ignore[method-assign]
+        probe = asyncio.ensure_future(d.probe(1))
+        await asyncio.sleep(0.01)
+        d.submit(_plan("j", prompts=6, g=4))
+        job = await d.wait("j")
+        assert job.state is JobState.DONE, job.error
+        assert d.replicas[1].state is ReplicaState.FAILED
+        gate.set()
+        await probe
+        await asyncio.sleep(0.2)  # the background probes answer too
+        assert d.replicas[1].state is ReplicaState.FAILED
+
+    asyncio.run(_with(links, _config(max_replica_failures=1), "context", body))
+
+
 def test_cancel_aborts_running_chunks_and_frees_capacity_for_others() -> None:
     links = FakeLinks(step_s=0.002)
 
