@@ -14,8 +14,10 @@ Invariants:
   a prefix of the true one. A failed exchange puts its pushes back in front of the outbox
   (bounded: the oldest are dropped past ``max_outbox_tokens``); the server's texts only ever
   miss tokens, so drafts get worse, never wrong (and verification keeps outputs exact anyway).
-- Memory is bounded: released groups are dropped (and their late pushes ignored), groups idle
-  for ``group_ttl_s`` expire, and past ``max_tokens`` the least recently pushed groups go first.
+- Memory is bounded: released groups are dropped (pushes that arrive within ``release_grace_s``
+  after are late ones and ignored; later ones start the group anew, as a reused group id
+  must), groups idle for ``group_ttl_s`` expire, and past ``max_tokens`` the least recently
+  pushed groups go first.
 
 Pure and synchronous: the Serve deployment (``app.serve.draft_server``) and the engines wrap it.
 """
@@ -127,10 +129,10 @@ class SharedGroups:
     max_groups: int = 65_536
     max_tokens: int = 50_000_000
     group_ttl_s: float = 3600.0
-    max_released: int = 65_536  # released group ids remembered (their late pushes ignored)
+    release_grace_s: float = 30.0  # pushes for a group released this recently are late ones
     clock: Callable[[], float] = time.monotonic
     _groups: OrderedDict[str, _Group] = field(default_factory=OrderedDict)
-    _released: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    _released: OrderedDict[str, float] = field(default_factory=OrderedDict)  # id -> when
     _tokens: int = 0
     _pushes: int = 0
     _applied: int = 0
@@ -166,8 +168,11 @@ class SharedGroups:
         applied = rejected = 0
         for p in pushes:
             self._pushes += 1
-            if p.group_id in self._released:
-                continue  # a late push of a finished job's group
+            released = self._released.get(p.group_id)
+            if released is not None:
+                if now - released < self.release_grace_s:
+                    continue  # a late push of a finished job's group
+                del self._released[p.group_id]  # the id is used again
             g = self._groups.get(p.group_id)
             if g is None:
                 g = self._groups[p.group_id] = _Group()
@@ -232,12 +237,11 @@ class SharedGroups:
     def release(self, group_ids: Iterable[str]) -> int:
         """Drop finished groups; pushes that arrive for them later are ignored."""
         n = 0
+        now = self.clock()
         for gid in group_ids:
             n += self._drop(gid)
-            self._released[gid] = None
+            self._released[gid] = now
             self._released.move_to_end(gid)
-        while len(self._released) > self.max_released:
-            self._released.popitem(last=False)
         self._released_n += n
         return n
 
@@ -256,6 +260,8 @@ class SharedGroups:
         return 1
 
     def _expire(self, now: float) -> None:
+        while self._released and now - next(iter(self._released.values())) >= self.release_grace_s:
+            self._released.popitem(last=False)
         while self._groups:
             gid, g = next(iter(self._groups.items()))
             over = len(self._groups) > self.max_groups or self._tokens > self.max_tokens

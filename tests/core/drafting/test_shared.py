@@ -77,12 +77,17 @@ def test_lengths_only_reports_the_lengths_that_changed_and_finished_requests() -
 
 
 def test_released_groups_are_dropped_and_late_pushes_ignored() -> None:
-    s = SharedGroups()
+    clk = Clk()
+    s = SharedGroups(release_grace_s=30.0, clock=clk)
     s.push([push("a", 0, [1, 2])])
     assert s.release(["g"]) == 1
-    assert s.push([push("a", 2, [3])]) == (0, 0)
+    clk.now = 5.0
+    assert s.push([push("a", 2, [3])]) == (0, 0)  # late: ignored
     assert s.update(GroupCursor(group_id="g")) is None
     assert s.stats().groups == 0 and s.stats().tokens == 0
+    clk.now = 40.0  # past the grace: a push starts the group anew (a reused group id)
+    assert s.push([push("b", 0, [7, 8])]) == (2, 0)
+    assert s.stats().groups == 1
 
 
 def test_memory_is_bounded_by_tokens_groups_and_ttl() -> None:
