@@ -50,7 +50,6 @@ CHAT = ("<|user|>\n", "\n<|assistant|>\n")
 _HELD_MAX = 65_536  # requests whose context this engine remembers holding (LRU)
 _MAX_EVENTS = 1_000_000  # events handled in one catch-up: fail loudly rather than hang
 _GROUPS_MAX = 65_536  # groups whose responses' progress this engine remembers (LRU)
-_DONE = FINISHED  # progress of a finished response: past every position
 
 
 class _Phase(Enum):
@@ -413,7 +412,7 @@ class SimEngine:
             chunk.finish = req.budget_end(chunk.produced, self.max_model_len)
         done = len(req.generated_token_ids) + chunk.produced
         finished = chunk.finish in (FinishReason.STOP, FinishReason.LENGTH)
-        self._record(req.group_id, req.request_id, _DONE if finished else done)
+        self._record(req.group_id, req.request_id, FINISHED if finished else done)
         if chunk.finish in (FinishReason.CHUNK, FinishReason.ABORT):
             context = len(req.prompt_token_ids) + len(req.generated_token_ids) + chunk.produced
             self._held[req.request_id] = context
