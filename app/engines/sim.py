@@ -42,7 +42,7 @@ from app.engines.sim_workload import (
 from core.drafting.shared import FINISHED, SyncBatch, SyncClient, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
-from core.sim.acceptance import AcceptanceModel, paper_model
+from core.sim.acceptance import AcceptanceModel, is_reference, paper_model
 from core.sim.instance import Arrival, Instance
 from core.sim.simulator import adaptive_draft_chooser
 
@@ -221,12 +221,14 @@ class SimEngine:
         return result
 
     def _references(self, request: ChunkRequest, position: int) -> int:
-        """Siblings known to have generated past ``position`` (or finished)."""
+        """Siblings known to have generated past ``position`` (or finished: ``FINISHED``)."""
         group = self._progress.get(request.group_id)
         if group is None:
             return 0
         me = request.request_id
-        return sum(1 for r, n in group.items() if r != me and n >= position)
+        return sum(
+            1 for r, n in group.items() if r != me and is_reference(n, position, n == FINISHED)
+        )
 
     def _record(self, group_id: str, request_id: str, generated: int) -> None:
         group = self._progress.setdefault(group_id, {})

@@ -1,7 +1,7 @@
 """Acceptance model for simulated speculative decoding.
 
 Invariant: a request's per-token acceptance rate depends only on how many siblings already
-have text at its position (``refs``); it rises monotonically from ``alpha_none`` (no sibling
+have text past its position (``refs``, counted by ``is_reference``); it rises monotonically from ``alpha_none`` (no sibling
 text: the request's own suffix tree and the prompt) to ``alpha_full`` at ``full_refs`` siblings,
 in log(1 + refs) (each extra sibling adds less). A draft of g tokens then yields
 (1 - a^(g+1)) / (1 - a) tokens per verification step (bonus token included), and costs
@@ -29,6 +29,13 @@ PAPER_15_REFS = 2.53
 PAPER_15_REFS_4_PATHS = 2.85
 PAPER_DRAFT_BUDGET = 8
 PAPER_PATHS = 4
+
+
+def is_reference(sibling_generated: int, position: int, finished: bool) -> bool:
+    """Whether a sibling can supply draft text to a request at ``position``: it has finished, or
+    it has generated more than ``position`` tokens (a sibling that has not yet reached the
+    request, e.g. one with no token at all for a first chunk, holds nothing to draft from)."""
+    return finished or sibling_generated > position
 
 
 def tokens_per_step(a: float, g: int) -> float:

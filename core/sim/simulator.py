@@ -26,7 +26,7 @@ from core.scheduling import (
     SchedulerConfig,
     get_policy,
 )
-from core.sim.acceptance import AcceptanceModel, paper_model
+from core.sim.acceptance import AcceptanceModel, is_reference, paper_model
 from core.sim.cost import CostModel
 from core.sim.instance import Arrival, Instance
 from core.sim.workload import Workload, resample_same_prompts
@@ -190,7 +190,7 @@ def simulate(
         pos = generated[k]
         n = 0
         for j in range(g0, g0 + G):
-            if j != k and (generated[j] >= pos or generated[j] >= true_len[j]):
+            if j != k and is_reference(generated[j], pos, generated[j] >= true_len[j]):
                 n += 1
         return n
 

@@ -8,7 +8,7 @@ import pytest
 
 from core.engine.types import FinishReason
 from core.scheduling import ChunkDecision, SchedulerConfig, get_policy
-from core.sim.acceptance import paper_model
+from core.sim.acceptance import is_reference, paper_model
 from core.sim.cost import QWEN2_VL_72B, CostModel
 from core.sim.simulator import DraftChooser, lower_bound, simulate, tail_time
 from core.sim.workload import PRESETS, Workload, WorkloadSpec, generate
@@ -151,6 +151,31 @@ def test_verification_cost_is_paid_per_speculative_step_and_reported() -> None:
     # a plain step here is 20 ms overhead + <= ~45 ms roofline: 30 ms more is >= 1.45x
     assert dear.spec_step_cost_ratio > free.spec_step_cost_ratio + 0.4
     assert 1.0 < free.spec_step_cost_ratio < 1.2
+
+
+def test_siblings_with_no_text_yet_are_not_references() -> None:
+    # one group, every response dispatched at t=0 in a single chunk: no sibling has a token when
+    # any of them starts, so each drafts from nothing (alpha_none), not from 7 references
+    spec = WorkloadSpec("one group", 1, 8, mean_tokens=2000, max_tokens=8000, instances=1,
+                        length_sigma=0, within_sigma=0.5, outlier_frac=0.0)  # fmt: skip
+    w = generate(spec)
+    base = SchedulerConfig(chunk_tokens=100_000)
+    acc = paper_model()
+    alone = dataclasses.replace(acc, alpha_full=acc.alpha_none)
+    got = simulate(w, COST, "seer", base=base, acceptance=acc, draft_chooser=fixed_drafts(4))
+    want = simulate(w, COST, "seer", base=base, acceptance=alone, draft_chooser=fixed_drafts(4))
+    assert got.mean_acceptance_length == pytest.approx(want.mean_acceptance_length, rel=1e-9)
+    # in chunks, later chunks of the longer responses find finished siblings and accept more
+    chunked = simulate(w, COST, "seer", base=SchedulerConfig(chunk_tokens=256), acceptance=acc,
+                       draft_chooser=fixed_drafts(4))  # fmt: skip
+    assert chunked.mean_acceptance_length > want.mean_acceptance_length
+
+
+def test_is_reference_counts_text_past_the_position_or_a_finished_sibling() -> None:
+    assert not is_reference(0, 0, finished=False)
+    assert not is_reference(100, 100, finished=False)
+    assert is_reference(101, 100, finished=False)
+    assert is_reference(50, 100, finished=True)
 
 
 def test_adaptive_policy_stops_speculating_when_verification_is_too_dear() -> None:
