@@ -1,11 +1,12 @@
 """Acceptance model for simulated speculative decoding.
 
 Invariant: a request's per-token acceptance rate depends only on how many siblings already
-have text past its position (``refs``, counted by ``is_reference``); it rises monotonically from ``alpha_none`` (no sibling
-text: the request's own suffix tree and the prompt) to ``alpha_full`` at ``full_refs`` siblings,
-in log(1 + refs) (each extra sibling adds less). A draft of g tokens then yields
-(1 - a^(g+1)) / (1 - a) tokens per verification step (bonus token included), and costs
-``paths`` x g verified draft tokens: a k-path draft pays for every path, whichever is accepted.
+have text past its position (``refs``, counted by ``is_reference``); it rises monotonically
+from ``alpha_none`` (no sibling text: the request's own suffix tree and the prompt) to
+``alpha_full`` at ``full_refs`` siblings, in log(1 + refs) (each extra sibling adds less). A
+draft of g tokens then yields (1 - a^(g+1)) / (1 - a) tokens per verification step (bonus
+token included), and costs ``paths`` x g verified draft tokens: a k-path draft pays for every
+path, whichever is accepted.
 
 Calibrations (never numbers beyond their sources):
 - ``paper-1path`` (the default: one linear draft chain, what vLLM 0.32 verifies): the paper's
