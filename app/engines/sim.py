@@ -14,10 +14,10 @@ Speculation (a chunk that asks for it, ``ChunkRequest.speculate``) follows the s
 chunk decodes at the acceptance model's per-token rate for the number of its group's siblings
 that already got past its position, with draft lengths from the adaptive policy. A sibling's
 progress is known from the chunks this engine ran and, once the replica's sync loop calls
-``draft_sync``, from the draft server (``core.drafting.shared``, lengths only): every chunk's
-tokens are pushed when it ends and the watched groups' lengths pulled, so a group spread over
-many replicas drafts from the whole group, as ``seer simulate`` assumes (one group index over
-the cluster), up to the sync period's staleness.
+``draft_sync``, from the draft server (``core.drafting.shared``, lengths only): every
+speculating chunk's tokens are pushed when it ends and the watched groups' lengths pulled, so a
+group spread over many replicas drafts from the whole group, as ``seer simulate`` assumes (one
+group index over the cluster), up to the sync period's staleness.
 """
 
 from __future__ import annotations
@@ -207,17 +207,18 @@ class SimEngine:
         else:
             inst.add(chunk.arrival)
             self._replan()
-        if self._sync is not None:
-            self._sync.watch(request.group_id)
+        sync = self._sync if request.speculate else None  # only drafts read what is shared
+        if sync is not None:
+            sync.watch(request.group_id)
         try:
             await chunk.future
         finally:
             if k in self._chunks:  # cancelled by the caller: free the slot at once
                 self._take_out(k)
         result = self._result(chunk)
-        if self._sync is not None:
+        if sync is not None:
             finished = result.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
-            self._sync.push(request.group_id, request.request_id, done, result.token_ids, finished)
+            sync.push(request.group_id, request.request_id, done, result.token_ids, finished)
         return result
 
     def _references(self, request: ChunkRequest, position: int) -> int:

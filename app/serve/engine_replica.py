@@ -1,10 +1,13 @@
 """Engine replica deployment: a thin Serve wrapper around one ``ChunkEngine``.
 
-With a draft server, the replica runs one sync loop: while chunks run it exchanges group texts
-every ``sync_period_s`` (``engine.draft_sync``; the period bounds the staleness of the siblings'
-text its drafts see), each exchange bounded by ``call_timeout_s``; once no chunk runs and the
-last tokens went out it sleeps until a chunk starts. A failed exchange is logged and counted,
-its tokens sent again with the next one, and the engine goes on drafting from its own data.
+With a draft server, the replica runs one sync loop: while chunks that speculate run it exchanges
+group texts every ``sync_period_s`` (``engine.draft_sync``; the period bounds the staleness of
+the siblings' text its drafts see), each exchange bounded by ``call_timeout_s``; once none runs
+and one more exchange has sent the last one's tokens it sleeps until one starts (at most
+``_IDLE_WAKE_S``, then it flushes what the engine queued). Chunks of a policy that does not
+speculate never start it: nobody would draft from the exchange. A failed exchange is logged and
+counted, its tokens sent again with the next one (retried every period while it has any), and
+the engine goes on drafting from its own data.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class EngineReplica:
     ) -> None:
         self.engine = make_engine(config, replica_id)
         await asyncio.wait_for(self.engine.start(), config.start_timeout_s)
-        self._running = 0
+        self._speculating = 0  # running chunks that draft
+        self._flush = False  # a speculating chunk ended: one more exchange sends its last tokens
         self._active = asyncio.Event()
         self.exchanges = 0
         self.exchange_failures = 0
@@ -54,16 +58,21 @@ class EngineReplica:
             )
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
-        self._running += 1
+        if not request.speculate:
+            return await self.engine.run_chunk(request)
+        self._speculating += 1
         self._active.set()
         try:
             return await self.engine.run_chunk(request)
         finally:
-            self._running -= 1
+            self._speculating -= 1
+            self._flush = True
 
     async def _sync_forever(self, server: Any, cfg: DraftServerConfig) -> None:
         reply: SyncReply | None = None
         while True:
+            self._flush = False
+            retry = False
             try:
                 batch = await self.engine.draft_sync(reply)
             except Exception as exc:  # noqa: BLE001 - a dead engine fails its health check
@@ -78,8 +87,9 @@ class EngineReplica:
                     self.exchanges += 1
                 except Exception as exc:  # noqa: BLE001 - drafts fall back to local data
                     self.exchange_failures += 1
+                    retry = bool(batch.pushes)
                     log.debug("draft server exchange failed: %r", exc)
-            if self._running == 0 and (batch is None or not batch.pushes):
+            if self._speculating == 0 and not self._flush and not retry:
                 self._active.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._active.wait(), _IDLE_WAKE_S)

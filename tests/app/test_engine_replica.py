@@ -55,7 +55,7 @@ async def _replica(server: Server) -> Any:
     return replica
 
 
-def _chunk(j: int) -> ChunkRequest:
+def _chunk(j: int, speculate: bool = True) -> ChunkRequest:
     return ChunkRequest(
         request_id=f"r{j}",
         group_id="g",
@@ -63,7 +63,7 @@ def _chunk(j: int) -> ChunkRequest:
         prompt_token_ids=group_prompt(SIM, 0),
         max_new_tokens=100_000,
         max_tokens=40_960,
-        speculate=True,
+        speculate=speculate,
     )
 
 
@@ -100,6 +100,37 @@ def test_rollouts_go_on_and_tokens_arrive_once_the_server_answers(mode: str) -> 
             assert update is not None
             assert len(update.lengths) == 3  # every response's tokens, pushed again if needed
             assert (await replica.load()).draft_exchanges >= 1
+        finally:
+            assert replica._sync_task is not None
+            replica._sync_task.cancel()
+
+    asyncio.run(main())
+
+
+def test_chunks_that_do_not_speculate_exchange_nothing() -> None:
+    # a policy without speculation (verl, context): nobody drafts, so the loop stays idle
+    async def main() -> None:
+        server = Server("ok")
+        replica = await _replica(server)
+        try:
+            await asyncio.sleep(0.05)
+            calls = server.calls
+            results = await asyncio.gather(
+                *(replica.run_chunk(_chunk(j, speculate=False)) for j in range(3))
+            )
+            assert all(r.finished for r in results)
+            await asyncio.sleep(0.1)  # 10 sync periods
+            assert server.calls == calls
+            assert server.groups.update(GroupCursor(group_id="g"), lengths_only=True) is None
+            # a speculating chunk starts the loop again and its tokens reach the server
+            await replica.run_chunk(_chunk(3))
+            await _until(
+                lambda: (
+                    server.groups.update(GroupCursor(group_id="g"), lengths_only=True) is not None
+                ),
+                "the speculating chunk's group on the server",
+            )
+            assert server.calls > calls
         finally:
             assert replica._sync_task is not None
             replica._sync_task.cancel()
