@@ -22,6 +22,7 @@ from ray import serve
 from app.config import DraftServerConfig
 from app.engines.config import EngineConfig
 from app.engines.registry import make_engine
+from app.serve.options import HOT_PATH_LOGGING
 from core.drafting.shared import SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
@@ -35,6 +36,7 @@ _IDLE_WAKE_S = 60.0  # bound on the idle wait (it ends at once when a chunk star
     max_ongoing_requests=1000,
     health_check_period_s=10,
     health_check_timeout_s=60,
+    logging_config=HOT_PATH_LOGGING,
 )
 class EngineReplica:
     async def __init__(  # type: ignore[misc]

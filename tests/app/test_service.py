@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -341,3 +343,22 @@ def test_speculation_settings_are_tuned_live_with_the_operator_token(client: htt
     assert state["settings"]["max_draft"] == 3 and state["settings"]["enabled"] is True
     assert {x["version"] for x in state["replicas"]} == {state["version"]}  # every replica took it
     assert client.get("/v1/speculation").json()["version"] == state["version"]
+
+
+def test_per_chunk_calls_write_no_access_log(client: httpx.Client) -> None:
+    """Engine replicas and the scheduler are called once per chunk: no Serve access-log line per
+    call there (app/serve/options.py HOT_PATH_LOGGING); the ingress keeps its per-HTTP-request
+    lines."""
+    import ray
+
+    job = _submit(client, prompts=["p"], group_size=2, max_tokens=64)
+    assert _wait_state(client, job["id"])["state"] == "done"
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path()) / "serve"
+    calls: dict[str, int] = {}
+    for f in logs.glob("replica_seer_*.log"):
+        kind = f.name.split("_")[2]  # engine-0, SeerScheduler, Ingress, ...
+        text = f.read_text(errors="replace")
+        calls[kind] = calls.get(kind, 0) + len(re.findall(r" -- (?:CALL|GET|POST) ", text))
+    assert calls.get("Ingress", 0) > 0, calls  # access logs are on, and found where we look
+    assert calls.get("engine-0", 0) == calls.get("engine-1", 0) == 0, calls
+    assert calls.get("SeerScheduler", 0) == 0, calls
