@@ -207,18 +207,17 @@ class SimEngine:
         else:
             inst.add(chunk.arrival)
             self._replan()
-        sync = self._sync if request.speculate else None  # only drafts read what is shared
-        if sync is not None:
-            sync.watch(request.group_id)
+        if request.speculate and self._sync is not None:  # only drafts read what is shared
+            self._sync.watch(request.group_id)
         try:
             await chunk.future
         finally:
             if k in self._chunks:  # cancelled by the caller: free the slot at once
                 self._take_out(k)
         result = self._result(chunk)
-        if sync is not None:
+        if request.speculate and self._sync is not None:
             finished = result.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
-            sync.push(request.group_id, request.request_id, done, result.token_ids, finished)
+            self._sync.push(request.group_id, request.request_id, done, result.token_ids, finished)
         return result
 
     def _references(self, request: ChunkRequest, position: int) -> int:
