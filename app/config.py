@@ -73,8 +73,8 @@ class DraftServerConfig(BaseModel):
         0.05,
         ge=0.001,
         le=60,
-        description="a replica with chunks running exchanges tokens this often (the staleness "
-        "of siblings' text in its drafts)",
+        description="a replica with speculating chunks running exchanges tokens this often "
+        "(the staleness of siblings' text in its drafts)",
     )
     call_timeout_s: float = Field(
         2.0, gt=0, le=600, description="bound on one exchange; past it the replica drafts locally"
