@@ -79,7 +79,8 @@ def simulate(
 ) -> None:
     """Simulate one rollout iteration on N engine instances in virtual time and compare
     policies: throughput (output tokens/s), makespan, tail (time spent on the last 10% of
-    requests) and the lower bound max(total work / instances, longest request alone).
+    requests) and the lower bound max(total work / instances, longest request alone); a
+    policy that speculates is held to the same bound with speculation at its best.
 
     The simulator drives the same core.scheduling.Scheduler the service runs; the cost model
     is calibrated so that verl reproduces the paper's veRL rollout times (docs/simulator.md).

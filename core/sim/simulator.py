@@ -29,6 +29,7 @@ from core.scheduling import (
 from core.sim.acceptance import AcceptanceModel, is_reference, paper_model
 from core.sim.cost import CostModel
 from core.sim.instance import Arrival, Instance
+from core.sim.lower_bound import draft_config, lower_bound, speculative_lower_bound
 from core.sim.workload import Workload, resample_same_prompts
 
 
@@ -50,21 +51,9 @@ class PolicyResult:
     spec_step_share: float = 0.0  # fraction of steps that verified draft tokens
     trace: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
     cpu_s: float = 0.0
-
-
-def lower_bound(work: Workload, cost: CostModel) -> float:
-    """max(total work / instances, longest request alone) under ``cost`` (no speculation).
-
-    Total work is the output tokens at the instance's peak decode rate for the workload's
-    token-weighted mean context (prompt + half the request's own length, averaged per token)."""
-    lens = [x for g in work.lengths for x in g]
-    total = float(sum(lens))
-    prompt = sum(work.prompt_tokens) / len(work.prompt_tokens)
-    mean_ctx = prompt + sum(x * x for x in lens) / (2.0 * total)
-    engines = work.spec.instances * cost.ranks
-    work_s = total / (engines * cost.peak_tokens_per_s(mean_ctx))
-    longest = max(lens)
-    return max(work_s, cost.time_alone(longest, round(prompt)))
+    # the speculating policy's bound (``core.sim.lower_bound``); None for a policy that does not
+    # speculate or runs a custom draft chooser (not held to the adaptive policy's limits)
+    spec_lower_bound_s: float | None = None
 
 
 def tail_time(finish_times: list[float]) -> float:
@@ -82,9 +71,9 @@ def adaptive_draft_chooser(cost: CostModel, paths: int = 1) -> DraftChooser:
     """Draft lengths from the drafting issue's marginal-benefit policy (the same code the
     engines run), with this instance's step time as the cost; a draft of g positions is
     charged ``paths`` x g verified tokens."""
-    from core.drafting.adaptive import AdaptiveDraftConfig, DraftCandidate, choose_draft_lengths
+    from core.drafting.adaptive import DraftCandidate, choose_draft_lengths
 
-    cfg = AdaptiveDraftConfig(draft_time_s=cost.draft_s_per_request)
+    cfg = draft_config(cost)
     ids = [f"s{i}" for i in range(cost.max_running)]
 
     def choose(alphas: list[float], probes: list[bool], ctx_sum: float, n: int) -> list[int]:
@@ -272,6 +261,10 @@ def simulate(
             f"{sched.num_running} running requests"
         )
     makespan = max(finish_at)
+    wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
+    spec_bound = None
+    if plan.speculate and draft_chooser is None:
+        spec_bound = speculative_lower_bound(work, cost, acc, draft_config(cost))
     total = float(sum(true_len))
     slot_steps = sum(x.slot_steps for x in insts)
     mal = sum(x.tokens_out for x in insts) / slot_steps if slot_steps > 0 else 1.0
@@ -288,9 +281,10 @@ def simulate(
         chunks=chunks,
         migrations=migrations,
         mean_acceptance_length=mal,
-        wall_s=time.perf_counter() - wall0,
+        wall_s=wall_s,
         spec_step_cost_ratio=ratio,
         spec_step_share=spec_steps / steps if steps > 0 else 0.0,
         trace=traces,
-        cpu_s=time.process_time() - cpu0,
+        cpu_s=cpu_s,
+        spec_lower_bound_s=spec_bound,
     )

@@ -10,7 +10,8 @@ from core.engine.types import FinishReason
 from core.scheduling import ChunkDecision, SchedulerConfig, get_policy
 from core.sim.acceptance import is_reference, paper_model
 from core.sim.cost import QWEN2_VL_72B, CostModel
-from core.sim.simulator import DraftChooser, lower_bound, simulate, tail_time
+from core.sim.lower_bound import lower_bound
+from core.sim.simulator import DraftChooser, simulate, tail_time
 from core.sim.workload import PRESETS, Workload, WorkloadSpec, generate
 
 COST = CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.5, flops_eff=0.5, step_overhead_s=0.02)
@@ -43,6 +44,10 @@ def test_every_policy_completes_all_tokens(policy: str) -> None:
     if policy != "seer":  # without speculation nothing beats the bound
         assert r.makespan_s >= r.lower_bound_s * 0.99
         assert r.mean_acceptance_length == pytest.approx(1.0)
+        assert r.spec_lower_bound_s is None
+    else:  # speculation is held to its own bound
+        assert r.spec_lower_bound_s is not None
+        assert r.spec_lower_bound_s <= r.makespan_s
     if policy != "verl":
         assert r.preemptions == 0
         assert r.chunks >= w.spec.requests
