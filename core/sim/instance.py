@@ -30,6 +30,39 @@ _REDRAFT = 0.1  # re-run the draft-length policy after the batch or context move
 _REDRAFT_EVERY = 32  # ... or after this many plans
 
 
+@dataclass(frozen=True, slots=True)
+class _DraftRun:
+    """The adaptive policy's last run on an instance: its batch size and context, per probe
+    flag the (acceptances, draft lengths) it saw and gave, sorted by acceptance then length,
+    and the draft tokens it gave in all."""
+
+    batch: int
+    context: float
+    plain: tuple[np.ndarray, np.ndarray]
+    probes: tuple[np.ndarray, np.ndarray]
+    total: float
+
+
+def _lookup(ref: tuple[np.ndarray, np.ndarray], alphas: np.ndarray) -> np.ndarray:
+    """Draft lengths for ``alphas`` from a run's sorted (acceptances, lengths): requests whose
+    acceptance the run saw share that acceptance's lengths by rank (the k-th of m tied
+    requests takes the length at quantile (k + 0.5) / m of the run's tied ones); any other
+    takes the length of the next higher acceptance the run saw (the highest, past its end)."""
+    ra, rg = ref
+    order = np.argsort(alphas, kind="stable")
+    xs = alphas[order]
+    lo = np.searchsorted(ra, xs, "left")
+    hi = np.searchsorted(ra, xs, "right")
+    first = np.searchsorted(xs, xs, "left")
+    ties = np.searchsorted(xs, xs, "right") - first
+    rank = np.arange(len(xs)) - first
+    spread = lo + ((rank + 0.5) / ties * (hi - lo)).astype(np.int64)
+    idx = np.where(hi > lo, spread, np.minimum(lo, len(ra) - 1))
+    out = np.empty(len(xs))
+    out[order] = rg[idx]
+    return out
+
+
 @dataclass(slots=True)
 class Arrival:
     """A chunk (or, in engine mode, a whole request) handed to the instance."""
@@ -78,12 +111,7 @@ class Instance:
     waiting: deque[Arrival] = field(default_factory=deque)
     _free: list[int] = field(default_factory=list)
     _seq: int = 0
-    # the last policy run: batch, context, and per probe flag (sorted acceptances, their draft
-    # lengths, last index)
-    _last_draft: (
-        tuple[int, float, tuple[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray, int]]
-        | None
-    ) = None
+    _last_draft: _DraftRun | None = None  # the adaptive policy's last run
     _plans_since_draft: int = 0
     _pending: list[tuple[float, int, Arrival]] = field(default_factory=list)
     _draft_tokens: int = 0
@@ -264,41 +292,46 @@ class Instance:
     def _draft_lengths(self, alphas: np.ndarray, ctx_sum: float, n: int) -> np.ndarray:
         """Draft length per running slot from the adaptive policy. The policy is re-run when
         the batch size or context moved by more than ``_REDRAFT`` since its last run (or every
-        ``_REDRAFT_EVERY`` plans); in between, a slot takes the length the last run gave the
-        request with the nearest acceptance and the same probe flag."""
+        ``_REDRAFT_EVERY`` plans); in between, each slot takes the length the last run gave a
+        request of its probe flag with the same acceptance (spread by rank over the lengths the
+        last run gave that acceptance, so a share of tied requests that drafted stays a share),
+        else with the nearest one, and the total never exceeds the last run's (which kept the
+        step's draft budget)."""
         assert self.choose_drafts is not None
         probes = self.probe[self.active]
         last = self._last_draft
         stale = (
             last is None
-            or abs(n - last[0]) > _REDRAFT * last[0]
-            or abs(ctx_sum - last[1]) > _REDRAFT * last[1]
+            or abs(n - last.batch) > _REDRAFT * last.batch
+            or abs(ctx_sum - last.context) > _REDRAFT * last.context
             or self._plans_since_draft >= _REDRAFT_EVERY
         )
         if stale:
             gs = self.choose_drafts(alphas.tolist(), probes.tolist(), ctx_sum, n)
             g = np.asarray(gs, dtype=float)
-            order = np.argsort(alphas, kind="stable")
+            order = np.lexsort((g, alphas))  # by acceptance, then draft length
             la, lp, lg = alphas[order], probes[order], g[order]
-            refs: list[tuple[np.ndarray, np.ndarray, int]] = []
+            refs: list[tuple[np.ndarray, np.ndarray]] = []
             for flag in (False, True):  # the last run's (acceptance, length) per probe flag
                 ref = lp == flag
                 if not ref.any():
                     ref = np.ones_like(lp)  # no request of this flag ran: take them all
-                refs.append((la[ref], lg[ref], int(ref.sum()) - 1))
-            self._last_draft = (n, ctx_sum, refs[0], refs[1])
+                refs.append((la[ref], lg[ref]))
+            self._last_draft = _DraftRun(n, ctx_sum, refs[0], refs[1], float(g.sum()))
             self._plans_since_draft = 0
             return g
         self._plans_since_draft += 1
         assert last is not None
-        n_probes = int(probes.sum())
-        if n_probes == 0 or n_probes == n:  # one flag: no selection needed
-            ra, rg, top = last[3] if n_probes else last[2]
-            return rg[np.minimum(np.searchsorted(ra, alphas), top)]
         out = np.empty(n)
-        for flag, (ra, rg, top) in ((False, last[2]), (True, last[3])):
+        for flag, ref in ((False, last.plain), (True, last.probes)):
             sel = probes == flag
-            out[sel] = rg[np.minimum(np.searchsorted(ra, alphas[sel]), top)]
+            if sel.any():
+                out[sel] = _lookup(ref, alphas[sel])
+        excess = int(round(out.sum() - last.total))
+        while excess > 0:  # drop the draft tokens of least expected gain (a^g)
+            gain = np.where(out > 0, alphas**out, np.inf)
+            out[int(np.argmin(gain))] -= 1
+            excess -= 1
         return out
 
     def plan(self) -> float:

@@ -106,14 +106,14 @@ PRESETS: dict[str, Preset] = {
         WorkloadSpec("qwen2-vl", groups=600, group_size=16, mean_tokens=7615,
                      max_tokens=40960, instances=16),
         CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.4740, flops_eff=0.4740, step_overhead_s=0.02,
-                  verify_step_s=0.0182),
+                  verify_step_s=0.0174),
         paper_verl_s=3957.0, paper_context_x=1.56, paper_seer_x=2.04, paper_tau=2.15,
     ),
     "kimi-k2": Preset(
         WorkloadSpec("kimi-k2", groups=800, group_size=8, mean_tokens=38959,
                      max_tokens=98304, instances=8),
         CostModel(KIMI_K2, gpus=32, bw_eff=0.2627, flops_eff=0.2627, step_overhead_s=0.06,
-                  max_running=1024, verify_step_s=0.0002),
+                  max_running=1024, verify_step_s=0.0),
         paper_verl_s=12202.0, paper_context_x=1.27, paper_seer_x=1.53, paper_tau=1.77,
     ),
 }  # fmt: skip

@@ -56,7 +56,11 @@ def test_verification_cost_only_on_steps_with_drafts() -> None:
     with pytest.raises(ValueError, match="draft_tokens=-1"):
         c.step_time(1, 0, -1)
     for name, preset in PRESETS.items():  # every preset carries its fitted verification cost
-        assert 0 < preset.cost.verify_step_s < 0.2, name
+        assert 0 <= preset.cost.verify_step_s < 0.2, name
+    # kimi-k2's speculation is budget-bound: its gain stays under Table 4's even when free (0)
+    assert (
+        PRESETS["moonlight"].cost.verify_step_s > 0 and PRESETS["qwen2-vl"].cost.verify_step_s > 0
+    )
 
 
 def test_data_parallel_ranks_split_kv_and_price_a_step_as_all_ranks_alike() -> None:

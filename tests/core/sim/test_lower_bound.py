@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import core.sim.instance as instance
 from core.sim.acceptance import AcceptanceModel, paper_model
 from core.sim.cost import QWEN2_VL_72B, CostModel
-from core.sim.lower_bound import _accepted, lower_bound, speculative_lower_bound
+from core.sim.lower_bound import _accepted, draft_config, lower_bound, speculative_lower_bound
 from core.sim.simulator import simulate
 from core.sim.workload import PRESETS, Workload, WorkloadSpec, generate
 
@@ -48,6 +49,26 @@ def test_a_request_alone_decodes_at_its_speculative_bound() -> None:
     r = simulate(w, COST, "seer", acceptance=FLAT)
     assert r.spec_lower_bound_s == pytest.approx(r.makespan_s, rel=0.01)
     assert r.makespan_s < 0.6 * r.lower_bound_s
+
+
+def test_reused_draft_lengths_keep_the_step_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 256 requests with one acceptance on one instance: the policy drafts 128 tokens, one for
+    # half of them; between its runs the tied requests must not all take that one token
+    totals: list[float] = []
+    choose = instance.Instance._draft_lengths
+
+    def record(self: instance.Instance, alphas: np.ndarray, ctx: float, n: int) -> np.ndarray:
+        g = choose(self, alphas, ctx, n)
+        totals.append(float(g.sum()))
+        return g
+
+    monkeypatch.setattr(instance.Instance, "_draft_lengths", record)
+    w = uniform(256, 4000)
+    r = simulate(w, COST, "seer", acceptance=FLAT)
+    budget = draft_config(COST).step_token_budget
+    assert len(totals) > 20 and max(totals) <= budget
+    assert r.spec_lower_bound_s is not None
+    assert r.spec_lower_bound_s <= r.makespan_s < 1.3 * r.spec_lower_bound_s
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
