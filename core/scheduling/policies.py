@@ -87,6 +87,12 @@ def oracle(base: SchedulerConfig) -> PolicyPlan:
     return _plan("oracle", base, False, divided=True, ordering="oracle", probes=False)
 
 
+def oracle_seer(base: SchedulerConfig) -> PolicyPlan:
+    """``oracle``'s order (longest true remaining first) + ``seer``'s adaptive grouped
+    speculation: a yardstick for what speculation adds to a clairvoyant order."""
+    return _plan("oracle-seer", base, True, divided=True, ordering="oracle", probes=False)
+
+
 def oracle_group(base: SchedulerConfig) -> PolicyPlan:
     """Divided + longest true group length first (knows each group's longest response, not
     which sibling it is): the ceiling of any group-level context estimate."""
@@ -109,6 +115,7 @@ POLICIES: dict[str, PolicyFn] = {
     "seer": seer,
     "seer-paper": seer_paper,
     "oracle": oracle,
+    "oracle-seer": oracle_seer,
     "oracle-group": oracle_group,
     "oracle-cap": oracle_cap,
 }

@@ -117,6 +117,17 @@ def test_context_prior_uses_an_earlier_iteration_of_the_same_prompts() -> None:
         simulate(recorded, COST, "context-prior")
 
 
+def test_oracle_seer_is_the_oracle_order_with_speculation() -> None:
+    plan = get_policy("oracle-seer")
+    assert plan.speculate and plan.config.ordering == "oracle"
+    w = small()
+    spec = simulate(w, COST, "oracle-seer")
+    plain = simulate(w, COST, "oracle")
+    assert spec.mean_acceptance_length > 1.1 and plain.mean_acceptance_length == 1.0
+    assert spec.makespan_s < plain.makespan_s
+    assert spec.spec_lower_bound_s is not None and spec.spec_lower_bound_s <= spec.makespan_s
+
+
 def test_oracle_group_policy_runs() -> None:
     r = simulate(small(), COST, "oracle-group")
     assert r.preemptions == 0 and r.makespan_s > 0
