@@ -94,6 +94,8 @@ class Instance:
     busy_s: float = 0.0
     tokens_out: float = 0.0  # tokens produced (for the mean acceptance length)
     slot_steps: float = 0.0  # sum over steps of the batch size
+    drafting_tokens_out: float = 0.0  # tokens produced by request-steps that verified drafts
+    drafting_slot_steps: float = 0.0  # request-steps that verified drafts
     steps: float = 0.0  # decode / verification steps
     spec_steps: float = 0.0  # steps that verified draft tokens
     spec_cost: float = 0.0  # sum over speculative steps of step time / same step without drafts
@@ -102,6 +104,7 @@ class Instance:
     remaining: np.ndarray = field(init=False)
     ctx: np.ndarray = field(init=False)
     rate: np.ndarray = field(init=False)
+    drafting: np.ndarray = field(init=False)  # the slot verifies draft tokens this interval
     alpha: np.ndarray = field(init=False)
     probe: np.ndarray = field(init=False)
     produced: np.ndarray = field(init=False)
@@ -114,7 +117,6 @@ class Instance:
     _last_draft: _DraftRun | None = None  # the adaptive policy's last run
     _plans_since_draft: int = 0
     _pending: list[tuple[float, int, Arrival]] = field(default_factory=list)
-    _draft_tokens: int = 0
 
     def __post_init__(self) -> None:
         n = self.cost.max_running
@@ -122,6 +124,7 @@ class Instance:
         self.remaining = np.zeros(n)
         self.ctx = np.zeros(n)
         self.rate = np.ones(n)
+        self.drafting = np.zeros(n, dtype=bool)
         self.alpha = np.zeros(n)
         self.probe = np.zeros(n, dtype=bool)
         self.produced = np.zeros(n)
@@ -166,6 +169,10 @@ class Instance:
         self.produced += adv
         self.tokens_out += float(adv[self.active].sum())
         self.slot_steps += steps * self.batch
+        if self._step_ratio > 0.0:  # some slots verify drafts in this interval
+            d = self.active & self.drafting
+            self.drafting_tokens_out += float(adv[d].sum())
+            self.drafting_slot_steps += steps * float(d.sum())
         self.steps += steps
         if self._step_ratio > 0.0:
             self.spec_steps += steps
@@ -221,6 +228,7 @@ class Instance:
         self.produced[s] = 0.0
         self.target[s] = a.tokens
         self.rate[s] = 1.0
+        self.drafting[s] = False
         self._seq += 1
         self.admitted[s] = self._seq
         self.active[s] = True
@@ -354,10 +362,12 @@ class Instance:
                 g = self._draft_lengths(alphas, ctx_sum, n)
                 al = np.minimum(alphas, 1.0 - 1e-9)
                 self.rate[a] = np.where(g > 0, (1.0 - al ** (g + 1.0)) / (1.0 - al), 1.0)
+                self.drafting[a] = g > 0
                 draft = int(g.sum()) * self.draft_paths
                 drafting = int((g > 0).sum())
             else:
                 self.rate[a] = 1.0
+                self.drafting[a] = False
         step = self.cost.step_time(n, ctx_sum, draft) + drafting * self.cost.draft_s_per_request
         self.step_s = step
         self._step_ratio = step / self.cost.step_time(n, ctx_sum, 0) if draft > 0 else 0.0

@@ -3,14 +3,16 @@
 Invariant: every policy of one report runs on the *same* drawn workload and cost model, so
 their figures differ only by policy; the JSON shape is a contract other tools parse:
 ``{"workload": {...}, "policies": {name: {throughput_tok_s, makespan_s, tail_s,
-lower_bound_s, spec_lower_bound_s, preemptions, mean_acceptance_length, spec_step_cost_ratio,
-spec_step_share}}}``. ``lower_bound_s``: no schedule finishes sooner without speculation;
-``spec_lower_bound_s``: none finishes sooner speculating within the adaptive draft policy's
-limits at the best acceptance (null for a policy that does not speculate; both bounds in
+lower_bound_s, spec_lower_bound_s, preemptions, mean_acceptance_length,
+drafting_acceptance_length, spec_step_cost_ratio, spec_step_share}}}``.
+``lower_bound_s``: no schedule finishes sooner without speculation; ``spec_lower_bound_s``:
+none finishes sooner speculating within the adaptive draft policy's limits at the best
+acceptance (null for a policy that does not speculate; both bounds in
 ``core.sim.lower_bound``); ``mean_acceptance_length``: tau, tokens per request per step, 1.0
-without speculation; ``spec_step_cost_ratio``: mean over the steps that verified drafts of
-their time over the same step without drafts, 1.0 when none did; ``spec_step_share``: the
-fraction of steps that did.
+without speculation; ``drafting_acceptance_length``: the same over the request-steps that
+verified drafts only (1.0 when none did); ``spec_step_cost_ratio``: mean over the steps that
+verified drafts of their time over the same step without drafts, 1.0 when none did;
+``spec_step_share``: the fraction of steps that did.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class SimulationReport:
                     "spec_lower_bound_s": r.spec_lower_bound_s,
                     "preemptions": r.preemptions,
                     "mean_acceptance_length": r.mean_acceptance_length,
+                    "drafting_acceptance_length": r.drafting_acceptance_length,
                     "spec_step_cost_ratio": r.spec_step_cost_ratio,
                     "spec_step_share": r.spec_step_share,
                 }

@@ -51,6 +51,8 @@ class PolicyResult:
     spec_step_share: float = 0.0  # fraction of steps that verified draft tokens
     trace: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
     cpu_s: float = 0.0
+    # tau over the request-steps that verified drafts only (1.0 when none did)
+    drafting_acceptance_length: float = 1.0
     # the speculating policy's bound (``core.sim.lower_bound``); None for a policy that does not
     # speculate or runs a custom draft chooser (not held to the adaptive policy's limits)
     spec_lower_bound_s: float | None = None
@@ -268,6 +270,8 @@ def simulate(
     total = float(sum(true_len))
     slot_steps = sum(x.slot_steps for x in insts)
     mal = sum(x.tokens_out for x in insts) / slot_steps if slot_steps > 0 else 1.0
+    d_steps = sum(x.drafting_slot_steps for x in insts)
+    d_tau = sum(x.drafting_tokens_out for x in insts) / d_steps if d_steps > 0 else 1.0
     steps = sum(x.steps for x in insts)
     spec_steps = sum(x.spec_steps for x in insts)
     ratio = sum(x.spec_cost for x in insts) / spec_steps if spec_steps > 0 else 1.0
@@ -287,4 +291,5 @@ def simulate(
         trace=traces,
         cpu_s=cpu_s,
         spec_lower_bound_s=spec_bound,
+        drafting_acceptance_length=d_tau,
     )

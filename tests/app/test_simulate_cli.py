@@ -35,16 +35,20 @@ def test_json_contract() -> None:
     for name, fig in data["policies"].items():
         assert set(fig) == {"throughput_tok_s", "makespan_s", "tail_s", "lower_bound_s",
                             "spec_lower_bound_s", "preemptions", "mean_acceptance_length",
-                            "spec_step_cost_ratio", "spec_step_share"}  # fmt: skip
+                            "drafting_acceptance_length", "spec_step_cost_ratio",
+                            "spec_step_share"}  # fmt: skip
         assert isinstance(fig["preemptions"], int)
         assert fig["throughput_tok_s"] > 0 and fig["makespan_s"] > fig["tail_s"] >= 0
         if name != "seer":  # no speculation: one token per step, no speculative steps
             assert fig["mean_acceptance_length"] == pytest.approx(1.0)
             assert (fig["spec_step_cost_ratio"], fig["spec_step_share"]) == (1.0, 0.0)
             assert fig["spec_lower_bound_s"] is None
+            assert fig["drafting_acceptance_length"] == 1.0
     seer = data["policies"]["seer"]
     assert seer["lower_bound_s"] > seer["spec_lower_bound_s"] > 0
     assert seer["mean_acceptance_length"] > 1.1
+    # tau over the request-steps that drafted: at least tau over all of them
+    assert seer["drafting_acceptance_length"] >= seer["mean_acceptance_length"]
     assert 0 < seer["spec_step_share"] <= 1
     # the fitted verification cost of the qwen2-vl preset makes a speculative step dearer
     assert seer["spec_step_cost_ratio"] > 1.05

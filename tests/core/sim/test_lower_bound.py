@@ -67,6 +67,10 @@ def test_reused_draft_lengths_keep_the_step_budget(monkeypatch: pytest.MonkeyPat
     r = simulate(w, COST, "seer", acceptance=FLAT)
     budget = draft_config(COST).step_token_budget
     assert len(totals) > 20 and max(totals) <= budget
+    # while all 256 run, half of them draft one token a step (1 + 0.6 tokens): tau over the
+    # drafting request-steps is at least 1.6, tau over all of them well below it
+    assert r.drafting_acceptance_length >= 1.6
+    assert r.mean_acceptance_length < r.drafting_acceptance_length - 0.2
     assert r.spec_lower_bound_s is not None
     assert r.spec_lower_bound_s <= r.makespan_s < 1.3 * r.spec_lower_bound_s
 

@@ -164,6 +164,8 @@ def test_verification_cost_is_paid_per_speculative_step_and_reported() -> None:
     assert dear.mean_acceptance_length == pytest.approx(free.mean_acceptance_length, rel=0.02)
     assert dear.makespan_s > free.makespan_s * 1.1
     assert dear.spec_step_share == free.spec_step_share == pytest.approx(1.0)
+    # every request drafts every step: tau over drafting request-steps is tau
+    assert free.drafting_acceptance_length == pytest.approx(free.mean_acceptance_length)
     # a plain step here is 20 ms overhead + <= ~45 ms roofline: 30 ms more is >= 1.45x
     assert dear.spec_step_cost_ratio > free.spec_step_cost_ratio + 0.4
     assert 1.0 < free.spec_step_cost_ratio < 1.2
