@@ -1,20 +1,25 @@
 """Calibration of the cost model: ``bw_eff`` and ``verify_step_s`` fitted to the paper.
 
-Invariant: two constants per preset are fitted, one after the other, each to one measured
-figure of the paper. ``bw_eff`` (the achieved fraction of HBM bandwidth; ``flops_eff`` follows
-it) so that the mean ``verl`` makespan over ``CALIBRATION_SEEDS`` equals the paper's veRL
-rollout time (Table 3); then ``verify_step_s`` (the fixed cost of a step that verifies drafts)
-so that the mean speculation gain, makespan(``context``) / makespan(``seer``) over
-``SPEC_SEEDS``, equals Table 4's Seer / context-aware ratio. Both figures decrease
-monotonically in their constant, so bisection converges. The step overhead and every shape
-constant stay as given; the fitted values are written into ``core.sim.workload.PRESETS`` by
-hand and re-checked by tests. Run: ``python -m core.sim.calibrate [verl|spec]``.
+Invariant: three constants per preset are fitted, each to one measured figure of the paper.
+``bw_eff`` (the achieved fraction of HBM bandwidth; ``flops_eff`` follows it) so that the mean
+``verl`` makespan over ``CALIBRATION_SEEDS`` equals the paper's veRL rollout time (Table 3);
+then ``verify_step_s`` (the fixed cost of a step that verifies drafts) so that the mean
+speculation gain, makespan(``context``) / makespan(``seer``) over ``SPEC_SEEDS``, equals Table
+4's Seer / context-aware ratio; and, around it, ``draft_budget`` (draft tokens per step and
+engine): among ``DRAFT_BUDGETS``, each with its own fitted ``verify_step_s``, the one whose
+``seer`` acceptance length over the request-steps that drafted (Table 2's unit) is closest to
+Fig. 13's tau. Gain and verl makespan decrease monotonically in their constant, so bisection
+converges; the budget is a grid. The step overhead and every shape constant stay as given; the
+fitted values are written into ``core.sim.workload.PRESETS`` by hand and re-checked by tests.
+Run: ``python -m core.sim.calibrate [verl|spec|budget]`` (``spec``: ``verify_step_s`` at the
+preset's budget; ``budget``: both, ~3 min per budget and preset).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 
 from core.sim.simulator import simulate
 from core.sim.workload import Preset, generate, get_preset
@@ -22,6 +27,7 @@ from core.sim.workload import Preset, generate, get_preset
 CALIBRATION_SEEDS = tuple(range(10))
 SPEC_SEEDS = (0, 1)
 SPEC_SCALE = 0.25  # quarter scale: same load per instance, 4x faster (docs/simulator.md)
+DRAFT_BUDGETS = (128, 256, 512, 1024, 2048)
 
 
 def verl_makespan(
@@ -95,14 +101,59 @@ def fit_verify_step_s(
     return (lo + hi) / 2
 
 
+def drafting_tau(
+    preset: Preset, seeds: tuple[int, ...] = SPEC_SEEDS, scale: float = SPEC_SCALE
+) -> float:
+    """Mean over ``seeds`` of ``seer``'s acceptance length over the request-steps that drafted."""
+    spec = preset.spec.scaled(scale) if scale != 1.0 else preset.spec
+    runs = [simulate(generate(spec, s), preset.cost, "seer") for s in seeds]
+    return sum(r.drafting_acceptance_length for r in runs) / len(runs)
+
+
+def fit_draft_budget(
+    preset: Preset,
+    budgets: tuple[int, ...] = DRAFT_BUDGETS,
+    seeds: tuple[int, ...] = SPEC_SEEDS,
+    scale: float = SPEC_SCALE,
+    report: Callable[[int, float, float], None] | None = None,
+) -> tuple[int, float]:
+    """(draft_budget, verify_step_s): for each of ``budgets`` the ``verify_step_s`` fitted to
+    the gain, then the budget whose drafting tau is closest to the paper's (ties: the smaller
+    budget). ``report(budget, verify_step_s, tau)`` sees every candidate."""
+    best: tuple[float, int, float] | None = None
+    for b in budgets:
+        p = dataclasses.replace(preset, cost=dataclasses.replace(preset.cost, draft_budget=b))
+        v = fit_verify_step_s(p, seeds, scale)
+        tau = drafting_tau(
+            dataclasses.replace(p, cost=dataclasses.replace(p.cost, verify_step_s=v)), seeds, scale
+        )
+        if report is not None:
+            report(b, v, tau)
+        miss = abs(tau - preset.paper_tau)
+        if best is None or miss < best[0]:
+            best = (miss, b, v)
+    assert best is not None, "no budgets"
+    return best[1], best[2]
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else "verl"
+    if what not in ("verl", "spec", "budget"):
+        raise SystemExit(f"unknown calibration {what!r}; valid: verl, spec, budget")
     for name in ("moonlight", "qwen2-vl", "kimi-k2"):
         p = get_preset(name)
         if what == "verl":
             eff = fit_bw_eff(p)
             got = verl_makespan(p, eff)
             print(f"{name}: bw_eff={eff:.4f} verl={got:.0f} s paper={p.paper_verl_s:.0f} s")
+        elif what == "budget":
+
+            def show(b: int, v: float, tau: float, name: str = name, p: Preset = p) -> None:
+                print(f"{name}: draft_budget={b} verify_step_s={v:.4f} drafting tau={tau:.2f} "
+                      f"paper={p.paper_tau:.2f}", flush=True)  # fmt: skip
+
+            b, v = fit_draft_budget(p, report=show)
+            print(f"{name}: fitted draft_budget={b} verify_step_s={v:.4f}", flush=True)
         else:
             v = fit_verify_step_s(p)
             got = spec_gain(p, v)

@@ -114,7 +114,9 @@ class CostModel:
     speculating request per step; the suffix-tree lookup, measured by ``seer replay``);
     ``verify_step_s`` in [0, 1] (seconds added to a step that verifies any draft tokens, over
     the roofline; 0 = verification as cheap as the roofline says; fitted values in
-    ``core.sim.workload.PRESETS``); ``ranks`` in [1, gpus], dividing ``gpus`` (data-parallel
+    ``core.sim.workload.PRESETS``); ``draft_budget`` >= 0 (draft tokens one engine verifies per
+    step, all requests together: the adaptive draft policy's ``step_token_budget``, 128 in the
+    engines; fitted values in ``PRESETS``); ``ranks`` in [1, gpus], dividing ``gpus`` (data-parallel
     attention ranks; ``max_running`` and ``kv_capacity_tokens`` are then per rank)."""
 
     model: ModelShape
@@ -128,6 +130,7 @@ class CostModel:
     max_running: int = 256
     draft_s_per_request: float = 20e-6
     verify_step_s: float = 0.0
+    draft_budget: int = 128
     ranks: int = 1
 
     def __post_init__(self) -> None:
@@ -138,6 +141,7 @@ class CostModel:
         check_range("reserve_bytes_per_gpu", self.reserve_bytes_per_gpu, 0)
         check_range("draft_s_per_request", self.draft_s_per_request, 0)
         check_range("verify_step_s", self.verify_step_s, 0, 1)
+        check_range("draft_budget", self.draft_budget, 0)
         check_range("ranks", self.ranks, 1, self.gpus)
         if self.gpus % self.ranks:
             raise ValueError(f"ranks={self.ranks} does not divide gpus={self.gpus}")

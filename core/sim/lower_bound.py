@@ -38,9 +38,12 @@ __all__ = ["draft_config", "lower_bound", "speculative_lower_bound"]
 
 
 def draft_config(cost: CostModel) -> AdaptiveDraftConfig:
-    """The adaptive draft policy's settings in the simulator (the engines' defaults, drafting
-    priced at ``cost.draft_s_per_request``): one place for the chooser and the bound."""
-    return AdaptiveDraftConfig(draft_time_s=cost.draft_s_per_request)
+    """The adaptive draft policy's settings in the simulator (the engines' defaults, with the
+    cost model's ``draft_budget`` per step and drafting priced at ``draft_s_per_request``): one
+    place for the chooser and the bound."""
+    return AdaptiveDraftConfig(
+        draft_time_s=cost.draft_s_per_request, step_token_budget=cost.draft_budget
+    )
 
 
 def _shape(work: Workload) -> tuple[float, float, int, int]:

@@ -93,27 +93,27 @@ class Preset:
 
 
 # Table 3 of the paper (requests = groups x G); Table 4 (throughput x veRL) and Fig. 13 (tau)
-# as quoted in issue 8. Efficiencies, verify_step_s and overheads: docs/simulator.md.
+# as quoted in issue 8. Efficiencies, verify_step_s, draft_budget and overheads: docs/simulator.md.
 PRESETS: dict[str, Preset] = {
     "moonlight": Preset(
         WorkloadSpec("moonlight", groups=400, group_size=8, mean_tokens=22386,
                      max_tokens=65536, instances=32),
         CostModel(MOONLIGHT, gpus=1, bw_eff=0.6862, flops_eff=0.6862, step_overhead_s=0.02,
-                  verify_step_s=0.0111),
+                  verify_step_s=0.0131, draft_budget=512),
         paper_verl_s=3910.0, paper_context_x=1.47, paper_seer_x=1.90, paper_tau=1.89,
     ),
     "qwen2-vl": Preset(
         WorkloadSpec("qwen2-vl", groups=600, group_size=16, mean_tokens=7615,
                      max_tokens=40960, instances=16),
         CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.4740, flops_eff=0.4740, step_overhead_s=0.02,
-                  verify_step_s=0.0174),
+                  verify_step_s=0.0307, draft_budget=1024),
         paper_verl_s=3957.0, paper_context_x=1.56, paper_seer_x=2.04, paper_tau=2.15,
     ),
     "kimi-k2": Preset(
         WorkloadSpec("kimi-k2", groups=800, group_size=8, mean_tokens=38959,
                      max_tokens=98304, instances=8),
         CostModel(KIMI_K2, gpus=32, bw_eff=0.2627, flops_eff=0.2627, step_overhead_s=0.06,
-                  max_running=1024, verify_step_s=0.0),
+                  max_running=1024, verify_step_s=0.0385, draft_budget=1024),
         paper_verl_s=12202.0, paper_context_x=1.27, paper_seer_x=1.53, paper_tau=1.77,
     ),
 }  # fmt: skip
