@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 
 from core.sim.simulator import simulate
-from core.sim.workload import Preset, generate, get_preset
+from core.sim.workload import Preset, WorkloadSpec, generate, get_preset
 
 CALIBRATION_SEEDS = tuple(range(10))
 SPEC_SEEDS = (0, 1)
@@ -55,6 +55,10 @@ def fit_bw_eff(
     return (lo + hi) / 2
 
 
+def _scaled(preset: Preset, scale: float) -> WorkloadSpec:
+    return preset.spec.scaled(scale) if scale != 1.0 else preset.spec
+
+
 def spec_gain(
     preset: Preset,
     verify_step_s: float,
@@ -65,7 +69,7 @@ def spec_gain(
     """Mean over ``seeds`` of makespan(context) / makespan(seer) with ``verify_step_s``;
     ``contexts`` caches the context makespans (they do not depend on it)."""
     cost = dataclasses.replace(preset.cost, verify_step_s=verify_step_s)
-    spec = preset.spec.scaled(scale) if scale != 1.0 else preset.spec
+    spec = _scaled(preset, scale)
     gains = []
     for s in seeds:
         work = generate(spec, s)
@@ -85,10 +89,14 @@ def fit_verify_step_s(
     scale: float = SPEC_SCALE,
     iters: int = 9,
     hi: float = 0.2,
+    contexts: dict[int, float] | None = None,
 ) -> float:
-    """verify_step_s in [0, hi] whose mean speculation gain is closest to the paper's."""
+    """verify_step_s in [0, hi] whose mean speculation gain is closest to the paper's;
+    ``contexts``: ``spec_gain``'s cache of context makespans, to share it between fits of the
+    same workloads (``context`` depends on neither the cost nor the draft budget)."""
     target = preset.paper_seer_x / preset.paper_context_x
-    contexts: dict[int, float] = {}
+    if contexts is None:
+        contexts = {}
     if spec_gain(preset, 0.0, seeds, scale, contexts) <= target:
         return 0.0
     lo = 0.0
@@ -105,7 +113,7 @@ def drafting_tau(
     preset: Preset, seeds: tuple[int, ...] = SPEC_SEEDS, scale: float = SPEC_SCALE
 ) -> float:
     """Mean over ``seeds`` of ``seer``'s acceptance length over the request-steps that drafted."""
-    spec = preset.spec.scaled(scale) if scale != 1.0 else preset.spec
+    spec = _scaled(preset, scale)
     runs = [simulate(generate(spec, s), preset.cost, "seer") for s in seeds]
     return sum(r.drafting_acceptance_length for r in runs) / len(runs)
 
@@ -121,9 +129,10 @@ def fit_draft_budget(
     the gain, then the budget whose drafting tau is closest to the paper's (ties: the smaller
     budget). ``report(budget, verify_step_s, tau)`` sees every candidate."""
     best: tuple[float, int, float] | None = None
+    contexts: dict[int, float] = {}  # every budget's fit runs the same context simulations
     for b in budgets:
         p = dataclasses.replace(preset, cost=dataclasses.replace(preset.cost, draft_budget=b))
-        v = fit_verify_step_s(p, seeds, scale)
+        v = fit_verify_step_s(p, seeds, scale, contexts=contexts)
         tau = drafting_tau(
             dataclasses.replace(p, cost=dataclasses.replace(p.cost, verify_step_s=v)), seeds, scale
         )
