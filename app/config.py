@@ -8,9 +8,9 @@ restarts).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from app.engines.config import EngineConfig
 from app.store.config import StoreConfig
@@ -104,6 +104,27 @@ class ServiceConfig(BaseModel):
     replica_num_cpus: float = Field(
         0.5, gt=0, le=64, description="Ray CPUs reserved per engine replica (<= 0.5 on 2 cores)"
     )
+    gpus_per_replica: float = Field(
+        0.0,
+        ge=0,
+        le=64,
+        description="GPUs reserved for each engine replica (app.serve.placement): 0 = none, CPU "
+        "engines (the default); (0, 1] at engine.tensor_parallel_size 1 (a fraction shares one "
+        "GPU between replicas); exactly engine.tensor_parallel_size above 1",
+    )
+    placement_strategy: Literal["STRICT_PACK", "PACK"] = Field(
+        "STRICT_PACK",
+        description="Ray placement group strategy of a GPU replica's bundles (more than one only "
+        "with engine.executor ray): STRICT_PACK = all on one node; PACK = one node where they "
+        "fit, else several",
+    )
+    control_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray resources the control deployments (ingress, scheduler, draft server) "
+        "ask for, which keeps them off the GPU nodes: {'node:__internal_head__': 0.001} = the "
+        "head node; a custom resource a CPU node was started with (ray start --resources "
+        "'{\"seer_control\": 1}') = that node; {} = anywhere (the default)",
+    )
     request_timeout_s: float = Field(
         3600.0,
         gt=0,
@@ -161,6 +182,37 @@ class ServiceConfig(BaseModel):
         description="bound on a weight update: running chunks finishing, then every replica "
         "loading the new weights (POST /v1/weights answers 504 past it)",
     )
+
+    @field_validator("control_resources")
+    @classmethod
+    def _positive_amounts(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, amount in v.items():
+            if not name or not 0 < amount <= 1_000_000:
+                raise ValueError(
+                    f"control_resources[{name!r}]={amount}: a resource needs a name and an "
+                    "amount in (0, 1e6]"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _gpus_match_the_engine(self) -> ServiceConfig:
+        gpus, tp = self.gpus_per_replica, self.engine.tensor_parallel_size
+        if tp > 1 and gpus != tp:
+            raise ValueError(
+                f"gpus_per_replica={gpus:g} must equal engine.tensor_parallel_size={tp} (one GPU "
+                "per tensor-parallel worker)"
+            )
+        if tp == 1 and gpus > 1:
+            raise ValueError(
+                f"gpus_per_replica={gpus:g} with engine.tensor_parallel_size=1: an engine uses one "
+                "GPU; set tensor_parallel_size to split it over more"
+            )
+        return self
+
+    @property
+    def on_gpu(self) -> bool:
+        """The engine replicas reserve GPUs."""
+        return self.gpus_per_replica > 0
 
     def shares_drafts(self) -> bool:
         """The app runs a draft server: it is enabled and the engines draft from group texts

@@ -1,4 +1,5 @@
-"""``seer serve``: run the Serve app of a Serve config file, with validated overrides.
+"""``seer serve``: run the Serve app of a Serve config file, with validated overrides, on a
+local Ray or (``--address`` / ``$RAY_ADDRESS``) on a running Ray cluster.
 
 The file means what it says: its ``http_options``, ``proxy_location`` and the first
 application's ``name``, ``route_prefix``, ``runtime_env`` and ``args`` are used (CLI flags
@@ -8,6 +9,7 @@ override host, port and a few args). SIGTERM/SIGINT drain the scheduler (running
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -81,12 +83,23 @@ def serve_cmd(
     model: Annotated[str | None, typer.Option(help="override engine.model")] = None,
     backend: Annotated[str | None, typer.Option(help="override engine.backend")] = None,
     num_replicas: Annotated[int | None, typer.Option(help="override num_replicas")] = None,
+    gpus_per_replica: Annotated[
+        float | None, typer.Option(help="override gpus_per_replica (0 = CPU engines)")
+    ] = None,
     policy: Annotated[str | None, typer.Option(help="override policy")] = None,
     host: Annotated[str | None, typer.Option(help="HTTP host (default: the file's)")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port (default: the file's)")] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="join the running Ray cluster at this address (HOST:PORT, or auto) instead of "
+            "starting a local Ray; default: $RAY_ADDRESS"
+        ),
+    ] = None,
     num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
 ) -> None:
-    """Start a local Ray, run the Seer app and block until Ctrl-C or SIGTERM."""
+    """Run the Seer app (on a local Ray, or on the cluster at --address) and block until Ctrl-C
+    or SIGTERM."""
     try:
         sf = load_serve_file(
             config,
@@ -94,6 +107,7 @@ def serve_cmd(
                 "engine.model": model,
                 "engine.backend": backend,
                 "num_replicas": num_replicas,
+                "gpus_per_replica": gpus_per_replica,
                 "policy": policy,
             },
         )
@@ -103,6 +117,15 @@ def serve_cmd(
     cfg = sf.config
     host = host or sf.host
     port = port or sf.port
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        from app.store.config import check_shared
+
+        try:
+            check_shared(cfg.store)
+        except ValueError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
     import ray
     from ray import serve
 
@@ -111,30 +134,48 @@ def serve_cmd(
     def _stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    if num_cpus is None:
-        # Ray CPUs are logical: every deployment must fit, or Serve waits forever to place it.
-        need = math.ceil(cfg.num_replicas * cfg.replica_num_cpus + 0.5)  # + ingress, scheduler
-        have = os.cpu_count() or 1
-        if need > have:
-            typer.echo(
-                f"note: {cfg.num_replicas} replicas x {cfg.replica_num_cpus:g} CPU + 0.5 need "
-                f"{need} Ray CPUs; this machine has {have}: starting Ray with {need} logical "
-                "CPUs (fine for sim/fake replicas; lower replica_num_cpus for real engines)",
-                err=True,
-            )
-            num_cpus = need
-    ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        runtime_env=sf.runtime_env or None,
-    )
+    if address is not None:
+        if num_cpus is not None:
+            typer.echo("error: --num-cpus sizes a local Ray, not a joined cluster", err=True)
+            raise typer.Exit(2)
+        ray.init(address=address, runtime_env=sf.runtime_env or None)
+        typer.echo(f"joined the Ray cluster at {address}: {_describe_nodes()}", err=True)
+    else:
+        if num_cpus is None:
+            # Ray CPUs are logical: every deployment must fit, or Serve waits forever to place it.
+            need = math.ceil(cfg.num_replicas * cfg.replica_num_cpus + 0.5)  # + control
+            have = os.cpu_count() or 1
+            if need > have:
+                typer.echo(
+                    f"note: {cfg.num_replicas} replicas x {cfg.replica_num_cpus:g} CPU + 0.5 need "
+                    f"{need} Ray CPUs; this machine has {have}: starting Ray with {need} logical "
+                    "CPUs (fine for sim/fake replicas; lower replica_num_cpus for real engines)",
+                    err=True,
+                )
+                num_cpus = need
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            runtime_env=sf.runtime_env or None,
+        )
+    try:
+        problem = capacity_problem(cfg, ray.cluster_resources(), joined=address is not None)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        ray.shutdown()
+        raise typer.Exit(2) from None
+    if problem:
+        typer.echo(f"warning: {problem}", err=True)
     signal.signal(signal.SIGTERM, _stop)  # after ray.init, which installs its own handler
     try:
         serve.start(http_options={"host": host, "port": port}, proxy_location=sf.proxy_location)
+        if address is not None:
+            host, port = _served_at(host, port)
         t0 = time.perf_counter()
+        gpus = f" x {cfg.gpus_per_replica:g} GPU" if cfg.on_gpu else ""
         typer.echo(
-            f"starting {cfg.num_replicas} {cfg.engine.backend} replica(s) of "
+            f"starting {cfg.num_replicas}{gpus} {cfg.engine.backend} replica(s) of "
             f"{cfg.engine.model}, policy {cfg.policy} ...",
             err=True,
         )
@@ -154,8 +195,56 @@ def serve_cmd(
         except Exception as exc:  # noqa: BLE001 - stop anyway
             typer.echo(f"drain failed: {exc!r}; stopping anyway", err=True)
     finally:
-        serve.shutdown()
+        if address is None:
+            serve.shutdown()
+        else:  # the cluster and its Serve instance are not ours: take only our app down
+            with contextlib.suppress(Exception):
+                serve.delete(sf.app_name)
         ray.shutdown()
+
+
+def capacity_problem(cfg: Any, resources: dict[str, float], joined: bool) -> str | None:
+    """What keeps the app's engine replicas from being placed on a Ray cluster with these total
+    ``resources`` (None: nothing). A local Ray cannot grow: there it is a ValueError naming the
+    fields; a joined cluster may (autoscaling, nodes still joining): there it is a warning."""
+    need = cfg.num_replicas * cfg.gpus_per_replica
+    have = float(resources.get("GPU", 0.0))
+    if need <= have:
+        return None
+    text = (
+        f"num_replicas={cfg.num_replicas} x gpus_per_replica={cfg.gpus_per_replica:g} need "
+        f"{need:g} GPUs; the Ray cluster has {have:g}"
+    )
+    if not joined:
+        raise ValueError(f"{text} (lower --num-replicas, or --gpus-per-replica 0 for CPU)")
+    return f"{text}: Serve waits until nodes with them join"
+
+
+def _served_at(host: str, port: int) -> tuple[str, int]:
+    """Where Serve's HTTP proxies listen: on a joined cluster whose Serve already runs (an
+    earlier ``seer serve``, ``serve deploy``), its own options stand and ``host``/``port`` are
+    ignored; say so."""
+    from ray.serve.context import _get_global_client  # the only way to Serve's HTTP options
+
+    client = _get_global_client()
+    if client is None:
+        return host, port
+    http = client.http_config
+    if (http.host, http.port) != (host, port):
+        typer.echo(
+            f"note: Serve already runs on this cluster with HTTP on {http.host}:{http.port}; the "
+            f"app is served there, not on {host}:{port} (restart Serve to move it)",
+            err=True,
+        )
+    return str(http.host), int(http.port)
+
+
+def _describe_nodes() -> str:
+    import ray
+
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    gpus = sum(n["Resources"].get("GPU", 0.0) for n in alive)
+    return f"{len(alive)} node(s), {gpus:g} GPU(s)"
 
 
 def register(cli: typer.Typer) -> None:

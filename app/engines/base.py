@@ -83,5 +83,9 @@ class ChunkEngine(Protocol):
         drafting state); ValueError naming the path when it holds no usable weights. Returns
         the version now loaded (``load().weights_version``)."""
 
+    async def worker_gpu_ids(self) -> list[str]:
+        """GPUs held by the engine's workers outside the replica's process (vLLM's Ray workers
+        under ``executor: ray``); [] when the replica holds them itself or runs on CPU."""
+
     async def shutdown(self) -> None:
         """Free the engine."""

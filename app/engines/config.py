@@ -135,7 +135,27 @@ class EngineConfig(BaseModel):
     )
     enforce_eager: bool = Field(True, description="skip graph capture (start ~30 s on CPU)")
     enable_prefix_caching: bool = Field(True, description="continuation chunks reuse cached KV")
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1.0, description="GPU only")
+    gpu_memory_utilization: float = Field(
+        0.85,
+        gt=0,
+        le=1.0,
+        description="GPU only: fraction of each GPU's memory vLLM may take (weights + KV), (0, 1]",
+    )
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="GPUs one engine's model is split over (vLLM tensor_parallel_size), 1..64; "
+        "above 1 the service's gpus_per_replica must equal it",
+    )
+    executor: Literal["mp", "ray"] = Field(
+        "mp",
+        description="how vLLM runs its tensor-parallel workers (distributed_executor_backend; "
+        "ignored at tensor_parallel_size 1, where the engine runs in the replica): mp = "
+        "processes of the replica, which holds every GPU of its engine (one node); ray = Ray "
+        "actors, one per GPU bundle of the replica's placement group (Ray Serve LLM's layout; "
+        "spans nodes under placement_strategy PACK)",
+    )
     seed: int = Field(0, ge=0, description="engine RNG seed")
     start_timeout_s: float = Field(600.0, gt=0, le=7200, description="engine start deadline")
     fake_step_s: float = Field(

@@ -155,5 +155,8 @@ class FakeEngine:
         self.weights_version = version
         return version
 
+    async def worker_gpu_ids(self) -> list[str]:
+        return []  # no workers: the replica's own GPUs are all there are
+
     async def shutdown(self) -> None:
         self._started = False

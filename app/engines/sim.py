@@ -133,6 +133,9 @@ class SimEngine:
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time()
 
+    async def worker_gpu_ids(self) -> list[str]:
+        return []  # no workers: the replica's own GPUs are all there are
+
     async def shutdown(self) -> None:
         """Abort every chunk (they return the tokens produced so far) and stop the clock."""
         for k in list(self._chunks):

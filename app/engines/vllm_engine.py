@@ -43,6 +43,62 @@ def _on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+def uses_ray_workers(config: EngineConfig) -> bool:
+    """vLLM runs its tensor-parallel workers as Ray actors in the replica's placement group
+    (``executor: ray``); otherwise they are processes of the replica (or there is one)."""
+    return config.executor == "ray" and config.tensor_parallel_size > 1
+
+
+def engine_kwargs(config: EngineConfig, model_path: Path, cpu: bool) -> dict[str, Any]:
+    """The ``AsyncEngineArgs`` of one replica's engine (pure: the service's placement tests
+    check what a GPU engine would be built with, on machines without one)."""
+    kwargs: dict[str, Any] = dict(
+        model=str(model_path),
+        tokenizer=str(model_path),
+        dtype=config.dtype,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        enforce_eager=config.enforce_eager,
+        enable_prefix_caching=config.enable_prefix_caching,
+        scheduling_policy="priority",
+        seed=config.seed,
+        disable_log_stats=False,
+        worker_extension_cls=WORKER_EXTENSION,
+        tensor_parallel_size=config.tensor_parallel_size,
+    )
+    if config.tensor_parallel_size > 1:
+        kwargs["distributed_executor_backend"] = config.executor
+    spec = config.speculation
+    if spec.method == "grouped":
+        kwargs["speculative_config"] = {
+            "method": "custom_class",
+            "model": PROPOSER,
+            "num_speculative_tokens": spec.num_speculative_tokens,
+        }
+    elif spec.method == "ngram":
+        kwargs["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": spec.num_speculative_tokens,
+            "prompt_lookup_min": 2,
+            "prompt_lookup_max": 5,
+        }
+    if not cpu:
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+    else:
+        # vLLM 0.32 on CPU crashes the engine when a seeded request's prefill is split over
+        # steps (it rewinds the request's torch.Generator, which CPU generators cannot do:
+        # "CPU Generator does not use offset"). Continuation chunks re-submit long contexts,
+        # so under load prefills would be split: never split them on CPU.
+        kwargs["enable_chunked_prefill"] = False
+        kwargs["max_num_batched_tokens"] = max(config.max_model_len, 2048)
+    return kwargs
+
+
+def _engine_config(args: Any) -> Any:
+    """``args.create_engine_config()`` where a GPU is visible (a Ray task: see ``_build``)."""
+    return args.create_engine_config()
+
+
 class _LoadRecorder:
     """vLLM stat logger that keeps the latest scheduler stats of one engine."""
 
@@ -134,49 +190,40 @@ class VllmEngine:
         """Build the AsyncLLM (blocking; called in a thread, outside the event loop: vLLM starts
         its output handler lazily on the first request)."""
         model_path = resolve_model(self.config.model)
-        cpu = _on_cpu()
+        ray_workers = uses_ray_workers(self.config)
+        cpu = not ray_workers and _on_cpu()
         apply_engine_env(cpu, self.config.kv_cache_gib)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        kwargs: dict[str, Any] = dict(
-            model=str(model_path),
-            tokenizer=str(model_path),
-            dtype=self.config.dtype,
-            max_model_len=self.config.max_model_len,
-            max_num_seqs=self.config.max_num_seqs,
-            enforce_eager=self.config.enforce_eager,
-            enable_prefix_caching=self.config.enable_prefix_caching,
-            scheduling_policy="priority",
-            seed=self.config.seed,
-            disable_log_stats=False,
-            worker_extension_cls=WORKER_EXTENSION,
+        args = AsyncEngineArgs(**engine_kwargs(self.config, model_path, cpu))
+        stat_loggers: list[Any] = [_LoadRecorder(self._stats)]
+        if not ray_workers:
+            return AsyncLLM.from_engine_args(args, stat_loggers=stat_loggers), model_path
+        # Ray Serve LLM's way (ray.llm._internal.serve.engines.vllm.vllm_engine): the replica
+        # holds no GPU, so the engine config, which inspects the device, is built by a task
+        # inside the replica's placement group that does; vLLM's Ray workers then take the
+        # group's GPU bundles.
+        import ray
+        from ray.util.placement_group import get_current_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        pg = get_current_placement_group()
+        if pg is None:
+            raise RuntimeError(
+                f"{self.replica_id}: executor ray needs the replica's placement group "
+                "(gpus_per_replica > 0 in the service config)"
+            )
+        build = ray.remote(_engine_config).options(
+            num_cpus=0,
+            num_gpus=0.001,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg),
         )
-        spec = self.config.speculation
-        if spec.method == "grouped":
-            kwargs["speculative_config"] = {
-                "method": "custom_class",
-                "model": PROPOSER,
-                "num_speculative_tokens": spec.num_speculative_tokens,
-            }
-        elif spec.method == "ngram":
-            kwargs["speculative_config"] = {
-                "method": "ngram",
-                "num_speculative_tokens": spec.num_speculative_tokens,
-                "prompt_lookup_min": 2,
-                "prompt_lookup_max": 5,
-            }
-        if not cpu:
-            kwargs["gpu_memory_utilization"] = self.config.gpu_memory_utilization
-        else:
-            # vLLM 0.32 on CPU crashes the engine when a seeded request's prefill is split over
-            # steps (it rewinds the request's torch.Generator, which CPU generators cannot do:
-            # "CPU Generator does not use offset"). Continuation chunks re-submit long contexts,
-            # so under load prefills would be split: never split them on CPU.
-            kwargs["enable_chunked_prefill"] = False
-            kwargs["max_num_batched_tokens"] = max(self.config.max_model_len, 2048)
-        args = AsyncEngineArgs(**kwargs)
-        engine = AsyncLLM.from_engine_args(args, stat_loggers=[_LoadRecorder(self._stats)])
+        vllm_config = ray.get(build.remote(args), timeout=self.config.start_timeout_s)
+        vllm_config.parallel_config.placement_group = pg
+        engine = AsyncLLM.from_vllm_config(
+            vllm_config, stat_loggers=stat_loggers, disable_log_stats=False
+        )
         return engine, model_path
 
     async def _warm_up(self) -> None:
@@ -377,10 +424,9 @@ class VllmEngine:
             except Exception as exc:  # noqa: BLE001 - counts are stats; the tokens are what count
                 log.warning("%s: draft counts of %s lost: %r", self.replica_id, engine_id, exc)
             else:
-                for worker in counts:
-                    d, a = worker.get(engine_id, (0, 0))
-                    drafted += int(d)
-                    accepted += int(a)
+                # every tensor-parallel rank verifies the same drafts: rank 0 counts them
+                d, a = counts[0].get(engine_id, (0, 0)) if counts else (0, 0)
+                drafted, accepted = int(d), int(a)
         elapsed = time.perf_counter() - t0
         comp = final.outputs[0] if final is not None and final.outputs else None
         tokens = list(comp.token_ids) if comp is not None else []
@@ -425,6 +471,12 @@ class VllmEngine:
             return False
         await self._require().abort(engine_id)
         return True
+
+    async def worker_gpu_ids(self) -> list[str]:
+        """Under ``executor: ray`` the GPUs of vLLM's Ray workers, rank order; else []."""
+        if not uses_ray_workers(self.config):
+            return []
+        return [g for worker in await self._rpc("seer_gpu_ids") for g in worker]
 
     async def shutdown(self) -> None:
         if self._engine is not None:

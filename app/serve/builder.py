@@ -12,6 +12,7 @@ from app.config import AppConfig
 from app.serve.draft_server import DraftServer
 from app.serve.engine_replica import EngineReplica
 from app.serve.ingress import Ingress
+from app.serve.placement import control_options, engine_options
 from app.serve.scheduler import SeerScheduler
 
 
@@ -42,16 +43,15 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
     replica = cast(Any, EngineReplica)  # @serve.deployment hides .options/.bind from mypy
     ids = replica_ids(config)
     sharing = config.draft_server
+    control = control_options(config)
     drafts = (
-        _versioned(cast(Any, DraftServer).options(), sharing).bind(sharing)
+        _versioned(cast(Any, DraftServer).options(**control), sharing).bind(sharing)
         if config.shares_drafts()
         else None
     )
     engines = [
         _versioned(
-            replica.options(
-                name=f"engine-{i}", ray_actor_options={"num_cpus": config.replica_num_cpus}
-            ),
+            replica.options(**engine_options(config, f"engine-{i}")),
             config.engine,
             rid,
             sharing if drafts is not None else None,
@@ -59,7 +59,7 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
         for i, rid in enumerate(ids)
     ]
     scheduler = _versioned(
-        cast(Any, SeerScheduler).options(user_config=config.user_config()), service, ids
+        cast(Any, SeerScheduler).options(**control, user_config=config.user_config()), service, ids
     )
-    ingress = _versioned(cast(Any, Ingress).options(), service)
+    ingress = _versioned(cast(Any, Ingress).options(**control), service)
     return cast(Application, ingress.bind(service, scheduler.bind(service, engines, ids, drafts)))

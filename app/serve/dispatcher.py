@@ -13,6 +13,10 @@ Invariants:
   oversubscribe a replica under the divided policies.
 - Every call to a replica other than a running chunk (health probe, abort) is bounded by
   ``replica_call_timeout_s``: a dead replica is never waited for longer.
+- A running chunk is waited for only while its replica is reachable: when a health probe finds
+  the replica unreachable (or another of its chunks fails so), its chunks still out are
+  reclaimed (cancelled, reported as aborted, re-dispatched). A chunk sent to a replica whose
+  node just died may otherwise wait in Serve's router for a replica that never comes back.
 - Events (``core.events``) go to the optional ``sink``: the scheduler emits chunk, request and
   group events, the dispatcher job, draft and replica-load events. A sink never blocks.
 """
@@ -88,6 +92,8 @@ class ReplicaState(StrEnum):
 
 class ReplicaHealth(BaseModel):
     replica_id: str
+    node_id: str  # the Ray node it last reported from ('' until it answers)
+    gpu_ids: list[str]  # the GPUs it was given (empty on CPU)
     state: ReplicaState
     since: float
     failures: int
@@ -114,6 +120,8 @@ class _InFlight:
     run: RequestRun
     started: float
     restart: bool = False  # aborted for a weight update: its tokens are dropped
+    task: asyncio.Future[None] | None = None
+    reclaimed: str | None = None  # why its replica's call was cancelled (it became unreachable)
 
 
 class Dispatcher:
@@ -573,7 +581,7 @@ class Dispatcher:
         flight = _InFlight(d, job, run, now)
         self._in_flight[d.request_id] = flight
         self.metrics.decisions.inc()
-        self._spawn(self._chunk_task(flight, run.chunk(d, self.plan.speculate)))
+        flight.task = self._spawn(self._chunk_task(flight, run.chunk(d, self.plan.speculate)))
 
     async def _chunk_task(self, flight: _InFlight, chunk: ChunkRequest) -> None:
         try:
@@ -581,7 +589,9 @@ class Dispatcher:
                 flight.decision.replica, chunk
             )
         except asyncio.CancelledError:
-            raise
+            if flight.reclaimed is None:
+                raise
+            outcome = ReplicaUnavailable(flight.reclaimed)
         except BaseException as exc:  # noqa: BLE001 - handed to the loop, which decides
             outcome = exc
         self._completed.append((flight, outcome))
@@ -689,10 +699,18 @@ class Dispatcher:
                 )
 
     # ------------------------------------------------------------------ replicas
-    def _spawn(self, coro: Awaitable[None]) -> None:
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _reclaim(self, i: int, why: str) -> None:
+        """Replica i is unreachable: cancel its chunks still out; each reports as lost."""
+        for flight in self._in_flight.values():
+            if flight.decision.replica == i and flight.reclaimed is None and flight.task:
+                flight.reclaimed = f"{self.replicas[i].replica_id} became unreachable: {why}"
+                flight.task.cancel()
 
     async def _abort(self, replica: int, request_id: str) -> None:
         try:
@@ -714,6 +732,7 @@ class Dispatcher:
             self._set_state(i, ReplicaState.FAILED, error)
         elif rep.state is not ReplicaState.FAILED:
             self._set_state(i, ReplicaState.DOWN, error)
+        self._reclaim(i, error)
 
     def _set_state(self, i: int, state: ReplicaState, error: str | None = None) -> None:
         rep = self.replicas[i]
@@ -740,10 +759,12 @@ class Dispatcher:
         try:
             load = await asyncio.wait_for(self.links.load(i), self.config.replica_call_timeout_s)
         except Exception as exc:  # noqa: BLE001 - unreachable for any reason
+            why = f"health probe failed: {exc!r}"
             if rep.state is ReplicaState.HEALTHY:
-                self._set_state(i, ReplicaState.DOWN, f"health probe failed: {exc!r}")
+                self._set_state(i, ReplicaState.DOWN, why)
             elif rep.state is ReplicaState.DOWN:
-                rep.error = f"health probe failed: {exc!r}"
+                rep.error = why
+            self._reclaim(i, why)
             return
         if rep.state is ReplicaState.FAILED:
             return  # it failed for good while the probe was out: an answer does not revive it
@@ -808,6 +829,8 @@ class Dispatcher:
         return [
             ReplicaHealth(
                 replica_id=rep.replica_id,
+                node_id=rep.load.node_id if rep.load is not None else "",
+                gpu_ids=list(rep.load.gpu_ids) if rep.load is not None else [],
                 state=rep.state,
                 since=rep.since,
                 failures=len(rep.failures),

@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
 from ray import serve
 
 from app.config import DraftServerConfig
@@ -48,6 +50,7 @@ class EngineReplica:
     ) -> None:
         self.engine = make_engine(config, replica_id)
         await asyncio.wait_for(self.engine.start(), config.start_timeout_s)
+        self.placement = await asyncio.to_thread(_where, await self.engine.worker_gpu_ids())
         self._speculating = 0  # running chunks that draft
         self._flush = False  # a speculating chunk ended: one more exchange sends its last tokens
         self._active = asyncio.Event()
@@ -120,5 +123,45 @@ class EngineReplica:
             update={
                 "draft_exchanges": self.exchanges,
                 "draft_exchange_failures": self.exchange_failures,
+                "node_id": self.placement.node_id,
+                "gpu_ids": self.placement.gpu_ids,
             }
         )
+
+    async def where(self) -> ReplicaPlacement:
+        """Where this replica runs: node, GPUs, its placement group's bundles and their nodes."""
+        return self.placement
+
+
+class ReplicaPlacement(BaseModel):
+    """Where one engine replica was placed (``app.serve.placement`` says by which rule)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: str
+    gpu_ids: list[str]  # this process's GPUs, else those of the engine's workers (executor ray)
+    cuda_visible_devices: str | None  # as the engine sees it
+    bundles: list[dict[str, float]]  # its placement group ([] for a CPU replica)
+    bundle_nodes: list[str]  # the node of each bundle
+
+
+def _where(worker_gpu_ids: list[str]) -> ReplicaPlacement:
+    """This replica's placement (blocking: a GCS look-up of its placement group)."""
+    import ray
+    from ray.util.placement_group import get_current_placement_group, placement_group_table
+
+    own = [str(g) for g in ray.get_gpu_ids()]
+    pg = get_current_placement_group()
+    bundles: list[dict[str, float]] = []
+    nodes: list[str] = []
+    if pg is not None:
+        table = placement_group_table(pg)
+        bundles = [dict(table["bundles"][i]) for i in sorted(table["bundles"])]
+        nodes = [table["bundles_to_node_id"][i] for i in sorted(table["bundles_to_node_id"])]
+    return ReplicaPlacement(
+        node_id=ray.get_runtime_context().get_node_id(),
+        gpu_ids=own or worker_gpu_ids,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        bundles=bundles,
+        bundle_nodes=nodes,
+    )

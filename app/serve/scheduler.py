@@ -9,6 +9,7 @@ length prior; its writer runs in its own thread (connects and migrates there, ne
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from app.serve.draft_server import DraftServerLink
 from app.serve.options import SINGLETON
 from app.serve.speculation import SpeculationState
 from app.serve.weights import WeightsState, WeightsUpdate
+from app.store.config import check_shared
 from app.store.writer import WriterStats
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
@@ -31,7 +33,9 @@ from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 class ServeLinks:
     """``EngineLinks`` over Serve deployment handles; an unreachable replica's error becomes
-    ``ReplicaUnavailable``."""
+    ``ReplicaUnavailable``. A call whose waiter is cancelled (a bounded probe timing out, a chunk
+    reclaimed from an unreachable replica) cancels its Serve request too: a request queued in
+    Serve's router for a replica that died would otherwise stay there until one comes back."""
 
     def __init__(self, handles: Sequence[Any], replica_ids: Sequence[str]) -> None:
         self.handles = list(handles)
@@ -44,9 +48,17 @@ class ServeLinks:
         dead = ActorDiedError | ActorUnavailableError | RayActorError | EngineDead
         return isinstance(exc, dead)
 
+    async def _call(self, replica: int, method: str, *args: Any) -> Any:
+        response = getattr(self.handles[replica], method).remote(*args)
+        try:
+            return await response
+        except asyncio.CancelledError:
+            response.cancel()
+            raise
+
     async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
         try:
-            result: ChunkResult = await self.handles[replica].run_chunk.remote(chunk)
+            result: ChunkResult = await self._call(replica, "run_chunk", chunk)
         except Exception as exc:
             if self._unreachable(exc):
                 raise ReplicaUnavailable(f"{self.replica_ids[replica]}: {exc!r}") from exc
@@ -54,21 +66,21 @@ class ServeLinks:
         return result
 
     async def abort(self, replica: int, request_id: str) -> bool:
-        return bool(await self.handles[replica].abort.remote(request_id))
+        return bool(await self._call(replica, "abort", request_id))
 
     async def load(self, replica: int) -> EngineLoad:
-        load: EngineLoad = await self.handles[replica].load.remote()
+        load: EngineLoad = await self._call(replica, "load")
         return load
 
     async def configure_speculation(self, replica: int, settings: DraftSettings) -> DraftSettings:
-        applied: DraftSettings = await self.handles[replica].configure_speculation.remote(settings)
+        applied: DraftSettings = await self._call(replica, "configure_speculation", settings)
         return applied
 
     async def release_groups(self, replica: int, group_ids: list[str]) -> int:
-        return int(await self.handles[replica].release_groups.remote(group_ids))
+        return int(await self._call(replica, "release_groups", group_ids))
 
     async def update_weights(self, replica: int, path: str, version: int) -> int:
-        return int(await self.handles[replica].update_weights.remote(path, version))
+        return int(await self._call(replica, "update_weights", path, version))
 
 
 class ServiceHealth(BaseModel):
@@ -76,6 +88,7 @@ class ServiceHealth(BaseModel):
     policy: str
     accepting: bool
     open_jobs: int
+    scheduler_node_id: str  # the Ray node the scheduler runs on (app.serve.placement)
     replicas: list[ReplicaHealth]
     store: WriterStats | None = None  # the history store's writer (None: recording is off)
 
@@ -83,6 +96,13 @@ class ServiceHealth(BaseModel):
 class JobOutcome(BaseModel):
     status: JobStatus
     groups: list[GroupResult]  # in prompt order when DONE
+
+
+def _alive_nodes() -> int:
+    """Alive nodes of the Ray cluster (a blocking GCS call)."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node["Alive"])
 
 
 @serve.deployment(**SINGLETON)
@@ -97,10 +117,15 @@ class SeerScheduler:
         replica_ids: list[str],
         draft_server: Any = None,
     ) -> None:
+        import ray
+
         from app.store.service import ServiceStore
 
         self.config = config
+        self.node_id = ray.get_runtime_context().get_node_id()
         links = ServeLinks(engines, replica_ids)
+        if config.store.enabled and await asyncio.to_thread(_alive_nodes) > 1:
+            check_shared(config.store)  # a SQLite default on one node's disk is not shared
         self.store = await ServiceStore.open(config.store)
         self.drafts = (
             None
@@ -187,6 +212,7 @@ class SeerScheduler:
             policy=d.policy,
             accepting=d.accepting,
             open_jobs=d.open_jobs,
+            scheduler_node_id=self.node_id,
             replicas=reps,
             store=self.store.stats() if self.store else None,
         )

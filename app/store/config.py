@@ -30,6 +30,20 @@ def default_url() -> str:
     return f"sqlite:///{data_dir() / 'seer.db'}"
 
 
+def check_shared(config: StoreConfig) -> None:
+    """On a Ray cluster of several nodes the store must be a database every node reaches: an
+    enabled store with no URL (neither ``database_url`` nor ``$SEER_DATABASE_URL``) would fall
+    back to a SQLite file on whichever node the scheduler runs, so it is refused (ValueError).
+    An explicit ``sqlite:///PATH`` stays allowed (it says where)."""
+    if config.enabled and not config.database_url and not os.environ.get(URL_ENV):
+        raise ValueError(
+            "store.database_url: on a Ray cluster the history store needs a database every "
+            "node reaches; set store.database_url (postgresql+psycopg://USER@HOST:PORT/DB) or "
+            f"${URL_ENV}, or store.enabled: false to record nothing (an explicit sqlite:///PATH "
+            "keeps it on the scheduler's node)"
+        )
+
+
 def resolve_url(url: str | None) -> str:
     """``url`` when given, else ``default_url()``."""
     return url if url else default_url()

@@ -170,3 +170,7 @@ class EngineLoad(BaseModel):
     draft_exchange_failures: int = Field(
         0, ge=0, description="exchanges with the draft server that failed or timed out"
     )
+    node_id: str = Field("", description="Ray node the replica runs on ('' outside Ray)")
+    gpu_ids: list[str] = Field(
+        default_factory=list, description="GPUs the replica's engine was given (empty on CPU)"
+    )

@@ -44,6 +44,7 @@ class FakeLinks:
         self.aborts: list[str] = []
         self.fail: Callable[[int, ChunkRequest], bool] = lambda i, c: False
         self.down: set[int] = set()
+        self.gone: set[int] = set()  # calls wait forever, as in Serve's router for a dead node
         self.released: list[list[str]] = [[] for _ in range(n)]
 
     async def start(self) -> None:
@@ -52,6 +53,8 @@ class FakeLinks:
 
     async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
         self.used.append((replica, chunk.request_id, len(chunk.generated_token_ids)))
+        if replica in self.gone:
+            await asyncio.Event().wait()
         if replica in self.down or self.fail(replica, chunk):
             await asyncio.sleep(0.001)
             raise ReplicaUnavailable(f"replica-{replica} died")
@@ -71,6 +74,8 @@ class FakeLinks:
         return await self.engines[replica].abort(request_id)
 
     async def load(self, replica: int) -> EngineLoad:
+        if replica in self.gone:
+            await asyncio.Event().wait()
         if replica in self.down:
             raise ReplicaUnavailable(f"replica-{replica} is restarting")
         return self.engines[replica].load()
@@ -261,6 +266,32 @@ def test_a_dead_replica_s_chunks_continue_elsewhere_and_finish_exactly_once() ->
         assert d.replicas[dead].state is ReplicaState.HEALTHY
 
     asyncio.run(_with(links, _config(), "divided", body))
+
+
+def test_chunks_waiting_on_a_replica_that_became_unreachable_are_reclaimed() -> None:
+    """A replica's node dies: calls to it neither answer nor fail (Serve's router holds them
+    for a replica that never comes back). Once its bounded probe fails, its chunks still out
+    are reclaimed and continue elsewhere: the job finishes, every response exactly once."""
+    links = FakeLinks(step_s=0.002)
+    plan = _plan("j", prompts=4, g=4, sampling={"seed": 3})
+    expected = _reference(links, plan)
+
+    async def body(d: Dispatcher) -> None:
+        d.submit(plan)
+        while sum(1 for r, _, _ in links.used if r == 1) < 3:
+            await asyncio.sleep(0.001)
+        links.gone.add(1)  # chunks running there now, and any sent before the probe, hang
+        job = await asyncio.wait_for(d.wait("j"), 10)
+        assert job.state is JobState.DONE, job.error
+        got = {
+            f"j-g{g.prompt_index}-r{r.index}": r.token_ids for g in job.results for r in g.responses
+        }
+        assert got == expected
+        assert d.replicas[1].state is ReplicaState.DOWN
+        assert "unreachable" not in (d.replicas[1].error or "")  # the probe's own reason
+        assert "health probe failed" in (d.replicas[1].error or "")
+
+    asyncio.run(_with(links, _config(replica_call_timeout_s=0.2), "divided", body))
 
 
 def test_a_replica_that_keeps_failing_leaves_rotation_for_good() -> None:
