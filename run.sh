@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what is needed (idempotent), prepare the model, start the Seer Serve app in the
-# background with serve_config.yaml and the dashboard next to it, send a demo rollout, print
-# where to look.
+# background with serve_config.yaml (serve_config.gpu.yaml when the gpu extra is installed:
+# nvidia-smi sees a GPU, or SEER_EXTRA=gpu; one engine replica per GPU, at most 8) and the
+# dashboard next to it, send a demo rollout, print where to look.
 #   ./run.sh         start (or reuse a running app and dashboard) and send the demo rollout
 #   ./run.sh stop    stop the dashboard and the app
 # SEER_DASHBOARD_PORT (default 8501) moves the dashboard.
@@ -43,8 +44,13 @@ ensure_models
 if running && curl -fs "$URL/healthz" >/dev/null 2>&1; then
   say "Serve app already running (pid $(cat "$PID_FILE"))"
 else
-  say "starting Serve app (serve_config.yaml); log: $LOG"
-  nohup "$VENV/bin/seer" serve --config serve_config.yaml >"$LOG" 2>&1 &
+  SERVE_ARGS=(--config serve_config.yaml)
+  if [[ "$(seer_extra)" == gpu ]]; then
+    gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+    SERVE_ARGS=(--config serve_config.gpu.yaml --num-replicas "$(( gpus < 8 ? (gpus > 0 ? gpus : 1) : 8 ))")
+  fi
+  say "starting Serve app (${SERVE_ARGS[*]}); log: $LOG"
+  nohup "$VENV/bin/seer" serve "${SERVE_ARGS[@]}" >"$LOG" 2>&1 &
   echo $! >"$PID_FILE"
   # Every ~10 s: elapsed time and the serve log's last line worth showing (which deployment
   # starts, what the engine loads), without colours, Ray/vLLM prefixes or health-check chatter.

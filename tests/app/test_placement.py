@@ -120,3 +120,20 @@ def test_on_a_cluster_an_enabled_store_needs_a_shared_database(
     check_shared(StoreConfig(enabled=True, database_url="postgresql+psycopg://u@db:5432/seer"))
     monkeypatch.setenv(URL_ENV, "postgresql+psycopg://u@db:5432/seer")
     check_shared(StoreConfig(enabled=True))
+
+
+def test_the_gpu_serve_config_places_one_engine_per_gpu_with_control_on_the_head() -> None:
+    from pathlib import Path
+
+    from app.commands.serve import load_app_config
+
+    cfg = load_app_config(Path("serve_config.gpu.yaml"), {})
+    assert cfg.on_gpu and cfg.num_replicas == 8 and cfg.policy == "seer"
+    assert cfg.engine.speculation.method == "grouped" and cfg.engine.dtype == "bfloat16"
+    opts = engine_options(cfg, "engine-0")
+    assert opts["placement_group_bundles"] == [{"CPU": 1.0, "GPU": 1.0}]
+    assert control_options(cfg)["ray_actor_options"]["resources"] == {
+        "node:__internal_head__": 0.001
+    }
+    one = load_app_config(Path("serve_config.gpu.yaml"), {"num_replicas": 1})
+    assert one.num_replicas == 1  # what run.sh passes on a machine with one GPU
