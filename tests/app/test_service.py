@@ -147,6 +147,16 @@ def test_over_the_job_limit_is_429_with_retry_after(client: httpx.Client) -> Non
     assert r.status_code == 202
 
 
+def test_healthz_says_where_each_replica_runs(client: httpx.Client) -> None:
+    """One machine: every replica on the scheduler's node, CPU engines with no GPU ids."""
+    health = client.get("/healthz").json()
+    node = health["scheduler_node_id"]
+    assert isinstance(node, str) and len(node) == 56  # a Ray node id (hex)
+    for rep in health["replicas"]:
+        assert rep["node_id"] == node and rep["gpu_ids"] == [], rep
+        assert rep["load"]["node_id"] == node
+
+
 def test_policy_change_reconfigures_without_restarting(
     client: httpx.Client, serve_port: int
 ) -> None:
