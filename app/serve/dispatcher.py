@@ -14,11 +14,9 @@ Invariants:
 - Every call to a replica other than a running chunk (health probe, abort) is bounded by
   ``replica_call_timeout_s``: a dead replica is never waited for longer.
 - A running chunk is waited for only while its replica is reachable: when a health probe finds
-  the replica unreachable (an error, or ``PROBE_TIMEOUTS_TO_RECLAIM`` probes in a row timing
-  out), or another of its chunks fails so, its chunks still out are reclaimed (cancelled,
-  reported as aborted, re-dispatched). A chunk sent to a replica whose node just died may
-  otherwise wait in Serve's router for a replica that never comes back; one slow probe of a
-  busy replica takes it out of rotation but does not throw its running work away.
+  the replica unreachable (or another of its chunks fails so), its chunks still out are
+  reclaimed (cancelled, reported as aborted, re-dispatched). A chunk sent to a replica whose
+  node just died may otherwise wait in Serve's router for a replica that never comes back.
 - Events (``core.events``) go to the optional ``sink``: the scheduler emits chunk, request and
   group events, the dispatcher job, draft and replica-load events. A sink never blocks.
 """
@@ -57,10 +55,6 @@ from core.sim.simulator import tail_time
 
 log = logging.getLogger("seer.dispatcher")
 
-# A probe timing out this many times in a row means unreachable (its running chunks are
-# reclaimed); one timeout may be a busy replica, or a loaded machine.
-PROBE_TIMEOUTS_TO_RECLAIM = 2
-
 
 class ReplicaUnavailable(RuntimeError):
     """The replica could not run the call (its process died, it is restarting, it timed out)."""
@@ -74,10 +68,7 @@ class EngineLinks(Protocol):
 
     async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult: ...
 
-    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
-        """Abort the chunk of ``request_id`` that continues at ``generated`` tokens, also when it
-        has not reached the replica yet; True when it was running."""
-        ...
+    async def abort(self, replica: int, request_id: str) -> bool: ...
 
     async def load(self, replica: int) -> EngineLoad: ...
 
@@ -120,7 +111,6 @@ class _Replica:
     error: str | None = None
     load: EngineLoad | None = None
     syncing: bool = False  # loading the current weights before it rejoins
-    probe_timeouts: int = 0  # health probes in a row that timed out
 
 
 @dataclass
@@ -373,7 +363,7 @@ class Dispatcher:
             rids = [rid for spec in held for rid in spec.request_ids]
             for rid in self.scheduler.cancel_requests(rids):
                 flight = self._in_flight[rid]
-                self._spawn(self._abort(flight))
+                self._spawn(self._abort(flight.decision.replica, rid))
             for spec in held:  # a joined group goes on while other jobs' requests are open
                 if spec.group_id in self._groups and self.scheduler.group_done(spec.group_id):
                     self._release(spec.group_id)
@@ -437,10 +427,10 @@ class Dispatcher:
         aborted = 0
         try:
             if abort_running:
-                for flight in self._in_flight.values():
+                for rid, flight in self._in_flight.items():
                     flight.restart = True
                     aborted += 1
-                    self._spawn(self._abort(flight))
+                    self._spawn(self._abort(flight.decision.replica, rid))
             if self._in_flight:
                 self._quiet.clear()
                 try:
@@ -722,15 +712,13 @@ class Dispatcher:
                 flight.reclaimed = f"{self.replicas[i].replica_id} became unreachable: {why}"
                 flight.task.cancel()
 
-    async def _abort(self, flight: _InFlight) -> None:
-        d = flight.decision
+    async def _abort(self, replica: int, request_id: str) -> None:
         try:
             await asyncio.wait_for(
-                self.links.abort(d.replica, d.request_id, d.generated),
-                self.config.replica_call_timeout_s,
+                self.links.abort(replica, request_id), self.config.replica_call_timeout_s
             )
         except Exception as exc:  # noqa: BLE001 - the chunk reports back either way
-            log.warning("abort of %s on replica %d failed: %r", d.request_id, d.replica, exc)
+            log.warning("abort of %s on replica %d failed: %r", request_id, replica, exc)
 
     def _replica_lost(self, i: int, error: str, now: float) -> None:
         rep = self.replicas[i]
@@ -771,17 +759,13 @@ class Dispatcher:
         try:
             load = await asyncio.wait_for(self.links.load(i), self.config.replica_call_timeout_s)
         except Exception as exc:  # noqa: BLE001 - unreachable for any reason
-            timed_out = isinstance(exc, TimeoutError)
-            rep.probe_timeouts = rep.probe_timeouts + 1 if timed_out else 0
             why = f"health probe failed: {exc!r}"
             if rep.state is ReplicaState.HEALTHY:
                 self._set_state(i, ReplicaState.DOWN, why)
             elif rep.state is ReplicaState.DOWN:
                 rep.error = why
-            if not timed_out or rep.probe_timeouts >= PROBE_TIMEOUTS_TO_RECLAIM:
-                self._reclaim(i, why)
+            self._reclaim(i, why)
             return
-        rep.probe_timeouts = 0
         if rep.state is ReplicaState.FAILED:
             return  # it failed for good while the probe was out: an answer does not revive it
         rep.load = load

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -28,10 +27,9 @@ from app.engines.registry import make_engine
 from app.serve.options import HOT_PATH_LOGGING
 from core.drafting.shared import SyncReply
 from core.drafting.step_drafter import DraftSettings
-from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 log = logging.getLogger("seer.engine_replica")
-_MAX_EARLY_ABORTS = 4096  # aborts remembered for chunks that have not arrived
 _IDLE_WAKE_S = 60.0  # bound on the idle wait (it ends at once when a chunk starts)
 
 
@@ -58,9 +56,6 @@ class EngineReplica:
         self._active = asyncio.Event()
         self.exchanges = 0
         self.exchange_failures = 0
-        # chunks aborted before they arrived (the abort overtook its run_chunk in Serve): each
-        # ends at once when it comes; bounded, oldest forgotten first
-        self._early_aborts: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._sync_task: asyncio.Task[None] | None = None
         if draft_server is not None:
             self._sync_task = asyncio.create_task(
@@ -68,15 +63,6 @@ class EngineReplica:
             )
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
-        key = (request.request_id, len(request.generated_token_ids))
-        if key in self._early_aborts:
-            del self._early_aborts[key]
-            return ChunkResult(
-                request_id=request.request_id,
-                token_ids=[],
-                logprobs=[] if request.logprobs else None,
-                finish_reason=FinishReason.ABORT,
-            )
         if not request.speculate:
             return await self.engine.run_chunk(request)
         self._speculating += 1
@@ -115,16 +101,8 @@ class EngineReplica:
             else:
                 await asyncio.sleep(cfg.sync_period_s)
 
-    async def abort(self, request_id: str, generated: int | None = None) -> bool:
-        """Abort the running chunk of ``request_id``; True when one ran. With ``generated`` (the
-        chunk's offset) a chunk not here yet ends as aborted, with no tokens, when it comes."""
-        if await self.engine.abort(request_id):
-            return True
-        if generated is not None:
-            self._early_aborts[(request_id, generated)] = None
-            while len(self._early_aborts) > _MAX_EARLY_ABORTS:
-                self._early_aborts.popitem(last=False)
-        return False
+    async def abort(self, request_id: str) -> bool:
+        return await self.engine.abort(request_id)
 
     async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
         return await self.engine.configure_speculation(settings)

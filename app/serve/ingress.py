@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import math
 import os
 import uuid
@@ -47,8 +46,6 @@ from app.serve.scheduler import JobOutcome, ServiceHealth
 from app.serve.speculation import SpeculationState
 from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
 from core.drafting.step_drafter import DraftSettings
-
-log = logging.getLogger("seer.ingress")
 
 api = FastAPI(
     title="Seer rollout service",
@@ -110,7 +107,6 @@ class Ingress:
     async def __init__(self, config: ServiceConfig, scheduler: Any) -> None:  # type: ignore[misc]
         self.config = config
         self.scheduler = scheduler
-        self._cancels: set[asyncio.Future[Any]] = set()  # cancels outliving their waiter
         token = config.operator_token
         self._operator_token = configured_token(token.get_secret_value() if token else None)
         # The model's tokenizer, loaded here (not through an engine replica); blocking, so in a
@@ -281,18 +277,10 @@ class Ingress:
         return JSONResponse(status_code=200, content=done.model_dump(mode="json"))
 
     async def _cancel_quietly(self, job_id: str) -> None:
-        """Cancel the job, waiting at most ``replica_call_timeout_s``; a slow scheduler still
-        gets the cancel (giving up here does not withdraw it)."""
-        call = asyncio.ensure_future(self.scheduler.cancel.remote(job_id))
-        self._cancels.add(call)
-        call.add_done_callback(self._cancel_done)
         with contextlib.suppress(Exception):  # best effort; the job times out anyway
-            await asyncio.wait_for(asyncio.shield(call), self.config.replica_call_timeout_s)
-
-    def _cancel_done(self, call: asyncio.Future[Any]) -> None:
-        self._cancels.discard(call)
-        if not call.cancelled() and call.exception() is not None:
-            log.warning("cancelling a job failed: %r", call.exception())
+            await asyncio.wait_for(
+                self.scheduler.cancel.remote(job_id), self.config.replica_call_timeout_s
+            )
 
     @api.get("/v1/rollouts/{job_id}", response_model=JobStatus)
     async def job_status(self, job_id: str) -> JobStatus:

@@ -33,24 +33,13 @@ from core.engine import ChunkRequest, ChunkResult, EngineLoad
 
 class ServeLinks:
     """``EngineLinks`` over Serve deployment handles; an unreachable replica's error becomes
-    ``ReplicaUnavailable``. A running chunk or health probe whose waiter is cancelled (a bounded
-    probe timing out, a chunk reclaimed from an unreachable replica) cancels its Serve request
-    too: a request queued in Serve's router for a replica that died would otherwise stay there
-    until one comes back. Every other call (abort, speculation settings, group release, weight
-    update) still reaches the replica when its waiter gives up: a late abort must still stop the
-    chunk, and a busy replica is not a dead one."""
+    ``ReplicaUnavailable``. A call whose waiter is cancelled (a bounded probe timing out, a chunk
+    reclaimed from an unreachable replica) cancels its Serve request too: a request queued in
+    Serve's router for a replica that died would otherwise stay there until one comes back."""
 
     def __init__(self, handles: Sequence[Any], replica_ids: Sequence[str]) -> None:
         self.handles = list(handles)
         self.replica_ids = list(replica_ids)
-        self._detached: set[asyncio.Future[Any]] = set()  # calls outliving their waiter
-
-    def _finished(self, task: asyncio.Future[Any]) -> None:
-        """Drop a detached call and retrieve its outcome, so an error after its waiter left is
-        not reported as never retrieved (the waiter, if still there, got it already)."""
-        self._detached.discard(task)
-        if not task.cancelled():
-            task.exception()
 
     @staticmethod
     def _unreachable(exc: BaseException) -> bool:
@@ -59,13 +48,8 @@ class ServeLinks:
         dead = ActorDiedError | ActorUnavailableError | RayActorError | EngineDead
         return isinstance(exc, dead)
 
-    async def _call(self, replica: int, method: str, *args: Any, cancel: bool = False) -> Any:
+    async def _call(self, replica: int, method: str, *args: Any) -> Any:
         response = getattr(self.handles[replica], method).remote(*args)
-        if not cancel:  # a task of its own, so the waiter giving up leaves it running
-            task = asyncio.ensure_future(response)
-            self._detached.add(task)
-            task.add_done_callback(self._finished)
-            return await asyncio.shield(task)
         try:
             return await response
         except asyncio.CancelledError:
@@ -74,18 +58,18 @@ class ServeLinks:
 
     async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
         try:
-            result: ChunkResult = await self._call(replica, "run_chunk", chunk, cancel=True)
+            result: ChunkResult = await self._call(replica, "run_chunk", chunk)
         except Exception as exc:
             if self._unreachable(exc):
                 raise ReplicaUnavailable(f"{self.replica_ids[replica]}: {exc!r}") from exc
             raise
         return result
 
-    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
-        return bool(await self._call(replica, "abort", request_id, generated))
+    async def abort(self, replica: int, request_id: str) -> bool:
+        return bool(await self._call(replica, "abort", request_id))
 
     async def load(self, replica: int) -> EngineLoad:
-        load: EngineLoad = await self._call(replica, "load", cancel=True)
+        load: EngineLoad = await self._call(replica, "load")
         return load
 
     async def configure_speculation(self, replica: int, settings: DraftSettings) -> DraftSettings:
