@@ -159,6 +159,7 @@ class VllmEngine:
         }
         self._kv_capacity_tokens = 0
         self._running: dict[str, str] = {}  # request_id -> engine request id
+        self._aborting: set[str] = set()  # running chunks asked to abort
         self.weights_version = 0
         self._start_lock = asyncio.Lock()
 
@@ -413,10 +414,15 @@ class VllmEngine:
             ):
                 steps += 1
                 final = out
+                if request.request_id in self._aborting and not out.finished:
+                    # the abort came while vLLM was still adding the request (it found
+                    # nothing to abort then); now it is there: abort it again
+                    await engine.abort(engine_id)
         except EngineDeadError as exc:
             raise EngineDead(f"{self.replica_id}: vLLM engine core died: {exc}") from exc
         finally:
             self._running.pop(request.request_id, None)
+            self._aborting.discard(request.request_id)
         drafted = accepted = 0
         if drafting:
             try:
@@ -469,6 +475,7 @@ class VllmEngine:
         engine_id = self._running.get(request_id)
         if engine_id is None:
             return False
+        self._aborting.add(request_id)
         await self._require().abort(engine_id)
         return True
 

@@ -68,7 +68,10 @@ class EngineLinks(Protocol):
 
     async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult: ...
 
-    async def abort(self, replica: int, request_id: str) -> bool: ...
+    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
+        """Abort the chunk of ``request_id`` that continues at ``generated`` tokens, also when
+        it has not reached the replica yet; True when it was running."""
+        ...
 
     async def load(self, replica: int) -> EngineLoad: ...
 
@@ -356,17 +359,22 @@ class Dispatcher:
         """Make ``job`` terminal; cancel its groups in the scheduler, abort its chunks."""
         if job.state.terminal:
             return
+        aborting = 0
         if job in self._inbox:
             self._inbox.remove(job)
         elif job.state is JobState.RUNNING:
             held = [g.spec for g in job.plan.groups if g.spec.group_id in self._groups]
             rids = [rid for spec in held for rid in spec.request_ids]
             for rid in self.scheduler.cancel_requests(rids):
-                flight = self._in_flight[rid]
-                self._spawn(self._abort(flight.decision.replica, rid))
+                self._spawn(self._abort(self._in_flight[rid]))
+                aborting += 1
             for spec in held:  # a joined group goes on while other jobs' requests are open
                 if spec.group_id in self._groups and self.scheduler.group_done(spec.group_id):
                     self._release(spec.group_id)
+        if state is not JobState.DONE:
+            log.info(
+                "job %s %s (%s): aborting %d running chunks", job.id, state.value, error, aborting
+            )
         self._finish(job, state, error)
 
     def _finish(self, job: Job, state: JobState, error: str | None = None) -> None:
@@ -427,10 +435,10 @@ class Dispatcher:
         aborted = 0
         try:
             if abort_running:
-                for rid, flight in self._in_flight.items():
+                for flight in self._in_flight.values():
                     flight.restart = True
                     aborted += 1
-                    self._spawn(self._abort(flight.decision.replica, rid))
+                    self._spawn(self._abort(flight))
             if self._in_flight:
                 self._quiet.clear()
                 try:
@@ -712,13 +720,15 @@ class Dispatcher:
                 flight.reclaimed = f"{self.replicas[i].replica_id} became unreachable: {why}"
                 flight.task.cancel()
 
-    async def _abort(self, replica: int, request_id: str) -> None:
+    async def _abort(self, flight: _InFlight) -> None:
+        d = flight.decision
         try:
             await asyncio.wait_for(
-                self.links.abort(replica, request_id), self.config.replica_call_timeout_s
+                self.links.abort(d.replica, d.request_id, d.generated),
+                self.config.replica_call_timeout_s,
             )
         except Exception as exc:  # noqa: BLE001 - the chunk reports back either way
-            log.warning("abort of %s on replica %d failed: %r", request_id, replica, exc)
+            log.warning("abort of %s on replica %d failed: %r", d.request_id, d.replica, exc)
 
     def _replica_lost(self, i: int, error: str, now: float) -> None:
         rep = self.replicas[i]

@@ -16,6 +16,7 @@ from typing import Any
 from ray import serve
 
 from app.config import DraftServerConfig
+from app.serve import logs
 from app.serve.options import SINGLETON
 from core.drafting.shared import SharedGroups, SharedStats, SyncBatch, SyncReply
 
@@ -25,6 +26,7 @@ log = logging.getLogger("seer.draft_server")
 @serve.deployment(**SINGLETON)
 class DraftServer:
     async def __init__(self, config: DraftServerConfig) -> None:  # type: ignore[misc]
+        logs.configure()
         self.groups = SharedGroups(
             max_groups=config.max_groups,
             max_tokens=config.max_tokens,

@@ -8,6 +8,12 @@ and one more exchange has sent the last one's tokens it sleeps until one starts 
 speculate never start it: nobody would draft from the exchange. A failed exchange is logged and
 counted, its tokens sent again with the next one (retried every period while it has any), and
 the engine goes on drafting from its own data.
+
+Aborts name a chunk by its request and offset (tokens generated before it). An abort can reach
+the replica before its chunk does (both travel through Serve, on a loaded machine in either
+order): the chunk then ends at once as aborted, with no tokens, when it comes. An abort of a
+chunk that already ended is a no-op. Both kinds are remembered, bounded (``_MAX_REMEMBERED``,
+oldest forgotten first).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -24,12 +31,14 @@ from ray import serve
 from app.config import DraftServerConfig
 from app.engines.config import EngineConfig
 from app.engines.registry import make_engine
+from app.serve import logs
 from app.serve.options import HOT_PATH_LOGGING
 from core.drafting.shared import SyncReply
 from core.drafting.step_drafter import DraftSettings
-from core.engine import ChunkRequest, ChunkResult, EngineLoad
+from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
 
 log = logging.getLogger("seer.engine_replica")
+_MAX_REMEMBERED = 4096  # chunks remembered as ended, and aborts of chunks not here yet
 _IDLE_WAKE_S = 60.0  # bound on the idle wait (it ends at once when a chunk starts)
 
 
@@ -48,6 +57,7 @@ class EngineReplica:
         draft_server: Any = None,
         sharing: DraftServerConfig | None = None,
     ) -> None:
+        logs.configure()
         self.engine = make_engine(config, replica_id)
         await asyncio.wait_for(self.engine.start(), config.start_timeout_s)
         self.placement = await asyncio.to_thread(_where, await self.engine.worker_gpu_ids())
@@ -56,6 +66,9 @@ class EngineReplica:
         self._active = asyncio.Event()
         self.exchanges = 0
         self.exchange_failures = 0
+        self._running: dict[str, int] = {}  # request id -> offset of its chunk running here
+        self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._early_aborts: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._sync_task: asyncio.Task[None] | None = None
         if draft_server is not None:
             self._sync_task = asyncio.create_task(
@@ -63,15 +76,32 @@ class EngineReplica:
             )
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
-        if not request.speculate:
-            return await self.engine.run_chunk(request)
-        self._speculating += 1
-        self._active.set()
+        key = (request.request_id, len(request.generated_token_ids))
+        if key in self._early_aborts:
+            del self._early_aborts[key]
+            log.info("chunk %s@%d was aborted before it arrived", *key)
+            _remember(self._ended, key)
+            return ChunkResult(
+                request_id=request.request_id,
+                token_ids=[],
+                logprobs=[] if request.logprobs else None,
+                finish_reason=FinishReason.ABORT,
+            )
+        self._running[request.request_id] = key[1]
         try:
-            return await self.engine.run_chunk(request)
+            if not request.speculate:
+                return await self.engine.run_chunk(request)
+            self._speculating += 1
+            self._active.set()
+            try:
+                return await self.engine.run_chunk(request)
+            finally:
+                self._speculating -= 1
+                self._flush = True
         finally:
-            self._speculating -= 1
-            self._flush = True
+            if self._running.get(request.request_id) == key[1]:
+                del self._running[request.request_id]
+            _remember(self._ended, key)
 
     async def _sync_forever(self, server: Any, cfg: DraftServerConfig) -> None:
         reply: SyncReply | None = None
@@ -101,8 +131,15 @@ class EngineReplica:
             else:
                 await asyncio.sleep(cfg.sync_period_s)
 
-    async def abort(self, request_id: str) -> bool:
-        return await self.engine.abort(request_id)
+    async def abort(self, request_id: str, generated: int) -> bool:
+        """Abort the chunk of ``request_id`` that continues at ``generated`` tokens; True when it
+        was running here. One that has not arrived yet ends aborted when it does."""
+        key = (request_id, generated)
+        if self._running.get(request_id) == generated:
+            return await self.engine.abort(request_id)
+        if key not in self._ended:
+            _remember(self._early_aborts, key)
+        return False
 
     async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
         return await self.engine.configure_speculation(settings)
@@ -131,6 +168,13 @@ class EngineReplica:
     async def where(self) -> ReplicaPlacement:
         """Where this replica runs: node, GPUs, its placement group's bundles and their nodes."""
         return self.placement
+
+
+def _remember(seen: OrderedDict[tuple[str, int], None], key: tuple[str, int]) -> None:
+    seen[key] = None
+    seen.move_to_end(key)
+    while len(seen) > _MAX_REMEMBERED:
+        seen.popitem(last=False)
 
 
 class ReplicaPlacement(BaseModel):

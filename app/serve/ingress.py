@@ -8,8 +8,8 @@ NaN inputs); the scheduler's refusals keep their status (404, 409, 422, 429 + Re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import logging
 import math
 import os
 import uuid
@@ -39,6 +39,7 @@ from app.config import ServiceConfig
 from app.engines.base import TextCodec
 from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
+from app.serve import logs
 from app.serve.jobs import JobError
 from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import SpeculationUpdate, authorize, configured_token, merged_settings
@@ -46,6 +47,8 @@ from app.serve.scheduler import JobOutcome, ServiceHealth
 from app.serve.speculation import SpeculationState
 from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
 from core.drafting.step_drafter import DraftSettings
+
+log = logging.getLogger("seer.ingress")
 
 api = FastAPI(
     title="Seer rollout service",
@@ -101,12 +104,20 @@ def _http(exc: JobError) -> HTTPException:
     return HTTPException(status_code=exc.status, detail=exc.message, headers=headers)
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a background future's error as seen (each one's caller logs what matters)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=1000)
 @serve.ingress(api)
 class Ingress:
     async def __init__(self, config: ServiceConfig, scheduler: Any) -> None:  # type: ignore[misc]
+        logs.configure()
         self.config = config
         self.scheduler = scheduler
+        self._background: set[asyncio.Future[Any]] = set()  # cancels outliving their caller
         token = config.operator_token
         self._operator_token = configured_token(token.get_secret_value() if token else None)
         # The model's tokenizer, loaded here (not through an engine replica); blocking, so in a
@@ -229,14 +240,44 @@ class Ingress:
         status: JobStatus = await self._call("submit", plan)
         return status.id
 
-    async def _wait(self, job_id: str, partial: bool = False) -> JobOutcome:
-        """Until the job is terminal; a caller that goes away cancels it."""
+    async def _run(
+        self, req: RolloutRequest, job_id: str | None = None, partial: bool = False
+    ) -> tuple[str, JobOutcome]:
+        """Submit the job and wait until it is terminal. A caller that goes away, while the
+        job is being submitted or after, cancels it: once its submission is through (the job
+        exists) the cancel goes to the scheduler, and a cancel that is slow to answer is not
+        withdrawn. A submission that failed cancels nothing (the id may be another's job)."""
+        job_id = job_id or uuid.uuid4().hex[:12]
+        submit = asyncio.ensure_future(self._submit(req, job_id))
         try:
+            await asyncio.shield(submit)
             outcome: JobOutcome = await self._call("wait", job_id, partial)
         except asyncio.CancelledError:  # the caller went away: stop generating for nobody
-            await asyncio.shield(self._cancel_quietly(job_id))
+            self._detach(self._cancel_submitted(submit, job_id))
             raise
-        return outcome
+        return job_id, outcome
+
+    def _detach(self, work: Any) -> None:
+        """Keep ``work`` (a coroutine or future) running, and referenced, after its caller."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(_retrieve)
+
+    async def _cancel_submitted(self, submit: asyncio.Future[str], job_id: str) -> None:
+        bound = self.config.replica_call_timeout_s
+        submit.add_done_callback(_retrieve)
+        await asyncio.wait([submit], timeout=bound)
+        if not submit.done() or submit.cancelled() or submit.exception() is not None:
+            return  # not submitted (within the bound): there is no job of ours to cancel
+        log.info("the caller of rollout %s went away: cancelling it", job_id)
+        cancel = asyncio.ensure_future(self.scheduler.cancel.remote(job_id))
+        self._detach(cancel)
+        done, _ = await asyncio.wait([cancel], timeout=bound)
+        if not done:
+            log.warning("cancel of %s not answered within %gs (still on its way)", job_id, bound)
+        elif not cancel.cancelled() and cancel.exception() is not None:
+            log.warning("cancel of %s failed: %r", job_id, cancel.exception())
 
     @staticmethod
     def _failed(outcome: JobOutcome) -> HTTPException:
@@ -253,8 +294,8 @@ class Ingress:
     async def rollouts(self, req: RolloutRequest, request: Request) -> Any:
         """Start a rollout job: 202 with its URLs, or (``"wait": true``) 200 with every group
         when it is done (504 past request_timeout_s, 503 when it failed)."""
-        job_id = await self._submit(req)
         if not req.wait:
+            job_id = await self._submit(req)
             base = str(request.base_url).rstrip("/")
             accepted = JobAccepted(
                 id=job_id,
@@ -262,7 +303,7 @@ class Ingress:
                 groups_url=f"{base}/v1/rollouts/{job_id}/groups",
             )
             return JSONResponse(status_code=202, content=accepted.model_dump())
-        outcome = await self._wait(job_id)
+        job_id, outcome = await self._run(req)
         st = outcome.status
         if st.state is not JobState.DONE:
             raise self._failed(outcome)
@@ -275,12 +316,6 @@ class Ingress:
             stats=rollout_stats(groups, st.created_at),
         )
         return JSONResponse(status_code=200, content=done.model_dump(mode="json"))
-
-    async def _cancel_quietly(self, job_id: str) -> None:
-        with contextlib.suppress(Exception):  # best effort; the job times out anyway
-            await asyncio.wait_for(
-                self.scheduler.cancel.remote(job_id), self.config.replica_call_timeout_s
-            )
 
     @api.get("/v1/rollouts/{job_id}", response_model=JobStatus)
     async def job_status(self, job_id: str) -> JobStatus:
@@ -325,8 +360,7 @@ class Ingress:
     async def completions(self, req: CompletionRequest) -> JSONResponse:
         """OpenAI completions (subset): each prompt is a group of ``n`` choices; token ids,
         logprobs and the policy version of every choice (see ``app.compat.openai``)."""
-        job_id = await self._submit(self._native(req.to_rollout))
-        outcome = await self._wait(job_id)
+        job_id, outcome = await self._run(self._native(req.to_rollout))
         if outcome.status.state is not JobState.DONE:
             raise self._failed(outcome)
         out = await asyncio.to_thread(
@@ -344,8 +378,7 @@ class Ingress:
     async def generate(self, req: GenerateRequest) -> JSONResponse:
         """SGLang-style generate (see ``app.compat.sglang``): answers when the call is done or
         aborted (``/abort_request``: the tokens so far, finish reason ``abort``)."""
-        job_id = await self._submit(self._native(req.to_rollout), req.rid)
-        outcome = await self._wait(job_id, partial=True)
+        job_id, outcome = await self._run(self._native(req.to_rollout), req.rid, partial=True)
         if outcome.status.state not in (JobState.DONE, JobState.CANCELLED):
             raise self._failed(outcome)
         out = await asyncio.to_thread(

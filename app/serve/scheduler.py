@@ -20,6 +20,7 @@ from app.api import GroupResult, JobState, JobStatus
 from app.config import SchedulerUserConfig, ServiceConfig
 from app.engines.base import EngineDead
 from app.rollout import JobPlan
+from app.serve import logs
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
 from app.serve.draft_server import DraftServerLink
 from app.serve.options import SINGLETON
@@ -35,11 +36,21 @@ class ServeLinks:
     """``EngineLinks`` over Serve deployment handles; an unreachable replica's error becomes
     ``ReplicaUnavailable``. A call whose waiter is cancelled (a bounded probe timing out, a chunk
     reclaimed from an unreachable replica) cancels its Serve request too: a request queued in
-    Serve's router for a replica that died would otherwise stay there until one comes back."""
+    Serve's router for a replica that died would otherwise stay there until one comes back. An
+    abort is the exception: its waiter giving up (``replica_call_timeout_s`` on a loaded
+    machine) leaves it on its way, since a withdrawn abort lets its chunk run to its end."""
 
     def __init__(self, handles: Sequence[Any], replica_ids: Sequence[str]) -> None:
         self.handles = list(handles)
         self.replica_ids = list(replica_ids)
+        self._detached: set[asyncio.Future[Any]] = set()  # aborts outliving their waiter
+
+    def _finished(self, task: asyncio.Future[Any]) -> None:
+        """Drop a detached call and retrieve its outcome (an error after its waiter left is
+        not reported as never retrieved; the waiter, if still there, got it already)."""
+        self._detached.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     @staticmethod
     def _unreachable(exc: BaseException) -> bool:
@@ -65,8 +76,11 @@ class ServeLinks:
             raise
         return result
 
-    async def abort(self, replica: int, request_id: str) -> bool:
-        return bool(await self._call(replica, "abort", request_id))
+    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
+        task = asyncio.ensure_future(self.handles[replica].abort.remote(request_id, generated))
+        self._detached.add(task)
+        task.add_done_callback(self._finished)
+        return bool(await asyncio.shield(task))
 
     async def load(self, replica: int) -> EngineLoad:
         load: EngineLoad = await self._call(replica, "load")
@@ -117,6 +131,7 @@ class SeerScheduler:
         replica_ids: list[str],
         draft_server: Any = None,
     ) -> None:
+        logs.configure()
         import ray
 
         from app.store.service import ServiceStore

@@ -69,7 +69,7 @@ class FakeLinks:
             self.context[replica] -= need
             self.running[replica] -= 1
 
-    async def abort(self, replica: int, request_id: str) -> bool:
+    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
         self.aborts.append(request_id)
         return await self.engines[replica].abort(request_id)
 

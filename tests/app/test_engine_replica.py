@@ -136,3 +136,68 @@ def test_chunks_that_do_not_speculate_exchange_nothing() -> None:
             replica._sync_task.cancel()
 
     asyncio.run(main())
+
+
+def _fake_replica() -> Any:
+    """An engine replica around the fake engine (one token per 5 ms), no draft server."""
+    cls: Any = EngineReplica.func_or_class
+
+    async def make() -> Any:
+        replica = cls.__new__(cls)
+        cfg = EngineConfig(backend="fake", max_model_len=4096, max_num_seqs=8)
+        await cls.__init__(replica, cfg, "fake-0")
+        replica.engine.step_s = 0.005
+        return replica
+
+    return make()
+
+
+def _fake_chunk(generated: list[int], budget: int = 8) -> ChunkRequest:
+    return ChunkRequest(
+        request_id="r0",
+        group_id="g",
+        response_index=0,
+        prompt_token_ids=[1, 2, 3],
+        generated_token_ids=generated,
+        max_new_tokens=budget,
+        max_tokens=64,
+    )
+
+
+def test_a_chunk_whose_abort_overtook_it_ends_aborted_when_it_arrives() -> None:
+    """An abort can reach the replica before its chunk does (both travel through Serve; on a
+    loaded machine in either order, and the chunks of a caller that went away then ran to their
+    end). That chunk ends at once, aborted, with no tokens; the abort is spent on it."""
+
+    async def main() -> None:
+        replica = await _fake_replica()
+        assert not await replica.abort("r0", 0)  # nothing running yet
+        early = await replica.run_chunk(_fake_chunk([]))
+        assert early.finish_reason == "abort" and early.token_ids == []
+        again = await replica.run_chunk(_fake_chunk([]))  # the abort is spent
+        assert again.finish_reason != "abort" and again.token_ids
+
+    asyncio.run(main())
+
+
+def test_an_abort_of_a_chunk_that_ended_leaves_later_chunks_alone() -> None:
+    """A late abort (its chunk ended first) is a no-op: neither the request's next chunk nor a
+    chunk re-sent at the same offset (a weight update restarts requests) is aborted by it. A
+    running chunk is aborted and keeps the tokens it made."""
+
+    async def main() -> None:
+        replica = await _fake_replica()
+        first = await replica.run_chunk(_fake_chunk([]))
+        assert first.token_ids
+        assert not await replica.abort("r0", 0)  # late: the chunk ended
+        resent = await replica.run_chunk(_fake_chunk([]))
+        assert resent.finish_reason != "abort" and resent.token_ids == first.token_ids
+        nxt = await replica.run_chunk(_fake_chunk(first.token_ids))
+        assert nxt.finish_reason != "abort" and nxt.token_ids
+        running = asyncio.ensure_future(replica.run_chunk(_fake_chunk([], budget=2000)))
+        await asyncio.sleep(0.05)
+        assert await replica.abort("r0", 0)
+        cut = await asyncio.wait_for(running, 5)
+        assert cut.finish_reason == "abort" and 0 < len(cut.token_ids) < 2000
+
+    asyncio.run(main())

@@ -361,7 +361,9 @@ def test_client_disconnect_aborts_running_chunks(client: httpx.Client, serve_url
         replicas = client.get("/healthz").json()["replicas"]
         if all(r["load"]["chunks_in_flight"] == 0 for r in replicas):
             break
-        assert time.monotonic() < deadline, replicas
+        if time.monotonic() > deadline:  # say whether the cancel reached the scheduler
+            ended = [ln for ln in client.get("/metrics").text.splitlines() if "jobs_finished" in ln]
+            pytest.fail(f"chunks still running 25 s after the disconnect: {replicas}; {ended}")
         time.sleep(0.5)
 
 

@@ -32,7 +32,7 @@ class Links:
     async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
         return await self.engines[replica].run_chunk(chunk)
 
-    async def abort(self, replica: int, request_id: str) -> bool:
+    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
         return await self.engines[replica].abort(request_id)
 
     async def load(self, replica: int) -> EngineLoad:

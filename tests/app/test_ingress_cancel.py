@@ -1,0 +1,105 @@
+"""A caller that goes away cancels its rollout (``Ingress._run``), in whichever phase it left:
+while the job is being submitted (on a loaded machine tokenizing and submitting can take
+seconds) or while it runs. A submission that failed cancels nothing: the id may be another
+caller's job. The scheduler handle is an in-process stand-in; the Serve path is covered by
+``test_serve_app.py::test_client_disconnect_aborts_running_chunks``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from app.config import ServiceConfig
+from app.serve.ingress import Ingress
+from app.serve.jobs import JobError
+
+# Serve's ingress wrapper has an async __del__; instances made here without Serve trip it
+pytestmark = pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited")
+
+
+class Method:
+    def __init__(self, run: Any) -> None:
+        self.run = run
+
+    def remote(self, *args: Any) -> Any:
+        return self.run(*args)
+
+
+class Scheduler:
+    """``wait`` never answers (the job runs on); ``cancel`` is recorded."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+        self.cancel_seen = asyncio.Event()
+
+        async def wait(job_id: str, partial: bool) -> Any:
+            await asyncio.Event().wait()
+
+        async def cancel(job_id: str) -> None:
+            self.cancelled.append(job_id)
+            self.cancel_seen.set()
+
+        self.wait = Method(wait)
+        self.cancel = Method(cancel)
+
+
+def _ingress(submit_fails: bool = False) -> tuple[Any, Scheduler, asyncio.Event, asyncio.Event]:
+    cls: Any = Ingress.func_or_class  # the class under Serve's decorator
+    ingress = cls.__new__(cls)
+    ingress.config = ServiceConfig().model_copy(update={"replica_call_timeout_s": 2.0})
+    ingress.scheduler = scheduler = Scheduler()
+    ingress._background = set()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def submit(req: Any, job_id: str) -> str:
+        started.set()
+        await release.wait()
+        if submit_fails:
+            raise JobError(409, f"job {job_id} exists")
+        return job_id
+
+    ingress._submit = submit
+    return ingress, scheduler, started, release
+
+
+def test_a_caller_gone_while_its_job_is_submitted_cancels_it_once_it_exists() -> None:
+    async def main() -> None:
+        ingress, scheduler, started, release = _ingress()
+        call = asyncio.ensure_future(ingress._run(None, "job-1"))
+        await asyncio.wait_for(started.wait(), 5)
+        call.cancel()  # the caller went away before the scheduler had the job
+        await asyncio.sleep(0.05)
+        assert scheduler.cancelled == []  # nothing to cancel yet
+        release.set()  # now the job exists: the cancel follows
+        await asyncio.wait_for(scheduler.cancel_seen.wait(), 5)
+        assert scheduler.cancelled == ["job-1"]
+
+    asyncio.run(main())
+
+
+def test_a_caller_gone_while_its_job_runs_cancels_it() -> None:
+    async def main() -> None:
+        ingress, scheduler, _, release = _ingress()
+        release.set()
+        call = asyncio.ensure_future(ingress._run(None, "job-2"))
+        await asyncio.sleep(0.05)  # submitted, waiting
+        call.cancel()
+        await asyncio.wait_for(scheduler.cancel_seen.wait(), 5)
+        assert scheduler.cancelled == ["job-2"]
+
+    asyncio.run(main())
+
+
+def test_a_failed_submission_cancels_nothing() -> None:
+    async def main() -> None:
+        ingress, scheduler, started, release = _ingress(submit_fails=True)
+        call = asyncio.ensure_future(ingress._run(None, "theirs"))
+        await asyncio.wait_for(started.wait(), 5)
+        call.cancel()
+        release.set()
+        await asyncio.sleep(0.1)
+        assert not ingress._background and scheduler.cancelled == []
+
+    asyncio.run(main())
