@@ -4,7 +4,7 @@
 [--group-size G] [--max-tokens T] [--temperature X] [--json]``
 
 Each method gets a fresh engine (one after the other, same machine, same run) and the same work:
-the first N math prompts of the recorded rollouts (``../shared/data/rollouts``) as groups of G
+the first N math prompts of the recorded rollouts (``data/rollouts``) as groups of G
 responses at temperature X, chunked like the service chunks them, every chunk asking to draft
 (what the ``seer`` policy does). Printed per method: output tokens/s, acceptance length (output
 tokens per request-step: 1.0 = no speculation), draft tokens accepted / drafted, and for grouped
@@ -21,15 +21,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.data import SMOLLM2_T1
 from app.engines.chunked import generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
 from app.engines.vllm_engine import VllmEngine
 from core.drafting.recorded import load_groups
 from core.engine import SamplingParams
 
-ROLLOUTS = (
-    Path(__file__).resolve().parents[2].parent / "shared/data/rollouts/smollm2-public.jsonl.gz"
-)
+ROLLOUTS = SMOLLM2_T1
 
 
 def math_prompts(path: Path = ROLLOUTS) -> list[list[int]]:

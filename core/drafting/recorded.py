@@ -1,7 +1,7 @@
 """Recorded group rollouts (gzip JSONL, one group per line) as typed, validated objects.
 
 Invariant: a loaded group has a non-empty prompt and at least one sample, and every token id is
-a non-negative int; the file format is the one in ../shared/data/rollouts/README.md.
+a non-negative int; the file format is the one in data/rollouts/README.md.
 """
 
 from __future__ import annotations

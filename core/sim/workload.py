@@ -200,7 +200,7 @@ def resample_same_prompts(work: Workload, seed: int) -> Workload:
 
 
 def load_recorded(path: str | Path, instances: int = 1, max_tokens: int | None = None) -> Workload:
-    """Replay the lengths of recorded rollouts (``../shared/data/rollouts/*.jsonl.gz``); the
+    """Replay the lengths of recorded rollouts (``data/rollouts/*.jsonl.gz``); the
     spec's sigmas are the recorded ones (std-dev of group mean log length, pooled within)."""
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open

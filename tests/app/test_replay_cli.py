@@ -9,8 +9,9 @@ import typer
 from typer.testing import CliRunner
 
 from app.commands import replay
+from app.data import ROLLOUTS
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "rollouts"
+DATA = ROLLOUTS
 
 
 def _cli() -> typer.Typer:
@@ -102,7 +103,6 @@ def test_bad_arguments(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (DATA / "smollm2-t07-public.jsonl.gz").is_file(), reason="no data")
 def test_real_file_grouped_beats_suffix_self():
     res = CliRunner().invoke(
         _cli(),

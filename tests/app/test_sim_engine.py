@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from pydantic import ValidationError
 
+from app.data import SMOLLM2_T07
 from app.engines.config import SIM_PRESETS, EngineConfig, SimConfig
 from app.engines.registry import make_engine
 from app.engines.sim import SimEngine
@@ -21,8 +21,7 @@ from core.engine import ChunkRequest, ChunkResult, FinishReason
 from core.sim.simulator import simulate
 from core.sim.workload import PRESETS, Workload, WorkloadSpec
 
-ROLLOUTS = Path(__file__).resolve().parents[3] / "shared" / "data" / "rollouts"
-RECORDED = ROLLOUTS / "smollm2-t07-public.jsonl.gz"
+RECORDED = SMOLLM2_T07
 FAST = SimConfig(workload="qwen2-vl", scale=0.05, time_scale=1e-5)
 T = TypeVar("T")
 

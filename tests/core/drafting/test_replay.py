@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from app.data import ROLLOUTS
 from core.drafting.benchmark import run_replay
 from core.drafting.methods import METHODS, method_factory
 from core.drafting.recorded import RecordedGroup, load_groups
@@ -165,11 +166,10 @@ def test_measure_speed_on_a_group():
         measure_speed(TWINS, "grouped", 8, repeats=0)
 
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "rollouts"
+DATA = ROLLOUTS
 T07 = DATA / "smollm2-t07-public.jsonl.gz"
 
 
-@pytest.mark.skipif(not T07.is_file(), reason="no recorded rollouts")
 def test_own_text_scoring_floor_on_a_fixed_real_slice():
     # the single path the engine verifies, on the first two T=0.7 groups (lockstep, k=8):
     # own-text scoring accepts more than plain scoring with the same cut, drafting fewer

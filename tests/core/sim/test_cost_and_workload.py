@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.data import ROLLOUTS
 from core.sim.acceptance import (
     PAPER_15_REFS,
     PAPER_15_REFS_4_PATHS,
@@ -28,8 +29,6 @@ from core.sim.workload import (
     load_recorded,
     resample_same_prompts,
 )
-
-ROLLOUTS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "rollouts"
 
 
 def test_step_time_roofline_shape() -> None:
@@ -198,7 +197,6 @@ def test_load_recorded(tmp_path: Path) -> None:
         load_recorded(bad)
 
 
-@pytest.mark.skipif(not (ROLLOUTS / "smollm2-public.jsonl.gz").exists(), reason="no rollouts")
 def test_load_shared_recorded_rollouts() -> None:
     w = load_recorded(ROLLOUTS / "smollm2-public.jsonl.gz")
     assert (w.spec.groups, w.spec.group_size, w.spec.max_tokens) == (16, 16, 512)
