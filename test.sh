@@ -7,6 +7,7 @@ t0=$SECONDS
 ensure_venv
 ensure_models >/dev/null
 ensure_chromium
+ensure_postgres
 say "ruff + mypy ..."
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check . >/dev/null || { "$VENV/bin/ruff" format --diff . | head -40; exit 1; }

@@ -52,6 +52,32 @@ ensure_models() {
   "$VENV/bin/seer" prepare-model
 }
 
+# ensure_postgres: PostgreSQL server binaries for the store's Postgres tests, which start their
+# own throwaway servers (tests/app/store/conftest.py). Debian's package, with no cluster of its
+# own: createcluster.conf is told not to make (and start) the default "main" one.
+ensure_postgres() {
+  if command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    return
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "no PostgreSQL server binaries and no apt-get: the Postgres store tests will say so"; return
+  fi
+  local sudo=""
+  [[ "$(id -u)" == 0 ]] || sudo="sudo -n"
+  local t0=$SECONDS log="$ROOT/.run/apt-postgresql.log"
+  mkdir -p "$ROOT/.run"
+  say "installing Debian postgresql for the store tests (~1 min; log: $log) ..."
+  $sudo mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.d/seer.conf >/dev/null
+  if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      postgresql >"$log" 2>&1; then
+    $sudo apt-get update >>"$log" 2>&1 || true
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      postgresql >>"$log" 2>&1 || { say "apt-get install postgresql failed; see $log"; return; }
+  fi
+  say "postgresql installed in $((SECONDS - t0)) s"
+}
+
 # ensure_chromium: Debian's chromium for the dashboard's browser test (Python playwright drives
 # it through executable_path; never `playwright install`). Root on these machines; ~1 min.
 CHROMIUM="${SEER_CHROMIUM:-/usr/bin/chromium}"
