@@ -40,6 +40,9 @@ from core.engine import SamplingParams
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
+#: Cancel tokens a client keeps (of its latest jobs; a job's own expires after job_ttl_s).
+_MAX_CANCEL_TOKENS = 10_000
+
 #: A prompt: text, or token ids.
 Prompt = str | list[int]
 
@@ -244,6 +247,21 @@ class _Settings:
         self.weights_timeout = weights_timeout
         self.token = token
         self.retry = retry
+        # the cancel token of each job this client submitted (DELETE needs it, or the operator's)
+        self._cancel_tokens: dict[str, str] = {}
+
+    def _accepted(self, body: Any) -> JobAccepted:
+        job = JobAccepted.model_validate(body)
+        self._cancel_tokens[job.id] = job.cancel_token
+        while len(self._cancel_tokens) > _MAX_CANCEL_TOKENS:  # the oldest jobs have expired
+            del self._cancel_tokens[next(iter(self._cancel_tokens))]
+        return job
+
+    def _cancel_headers(self, job_id: str, token: str | None) -> dict[str, str]:
+        """Bearer of a cancel: ``token``, else the job's own cancel token if this client
+        submitted it, else the client's operator token (none: the service answers 401)."""
+        given = token or self._cancel_tokens.get(job_id) or self.token
+        return {"Authorization": f"Bearer {given}"} if given else {}
 
     def _call_timeout(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else timeout
@@ -343,15 +361,19 @@ class SeerClient(_Settings):
             prompts, group_size, max_tokens, sampling, prompt_ids, iteration,
             logprobs, chat_template, policy, extra,
         )  # fmt: skip
-        return JobAccepted.model_validate(self._request("POST", "/v1/rollouts", body=body).json())
+        return self._accepted(self._request("POST", "/v1/rollouts", body=body).json())
 
     def status(self, job_id: str) -> JobStatus:
         """State and progress of a job (``GET /v1/rollouts/{id}``)."""
         return JobStatus.model_validate(self._request("GET", f"/v1/rollouts/{job_id}").json())
 
-    def cancel(self, job_id: str) -> JobStatus:
-        """Cancel a job; its running chunks are aborted (``DELETE /v1/rollouts/{id}``)."""
-        return JobStatus.model_validate(self._request("DELETE", f"/v1/rollouts/{job_id}").json())
+    def cancel(self, job_id: str, token: str | None = None) -> JobStatus:
+        """Cancel a job; its running chunks are aborted (``DELETE /v1/rollouts/{id}``). Allowed
+        with the job's cancel token (kept for the jobs this client submitted; ``token`` gives
+        another) or the operator token."""
+        headers = self._cancel_headers(job_id, token)
+        r = self._request("DELETE", f"/v1/rollouts/{job_id}", headers=headers)
+        return JobStatus.model_validate(r.json())
 
     def stream_groups(
         self, job_id: str, *, stream_timeout: float | None = None
@@ -548,16 +570,17 @@ class AsyncSeerClient(_Settings):
             logprobs, chat_template, policy, extra,
         )  # fmt: skip
         r = await self._request("POST", "/v1/rollouts", body=body)
-        return JobAccepted.model_validate(r.json())
+        return self._accepted(r.json())
 
     async def status(self, job_id: str) -> JobStatus:
         """See ``SeerClient.status``."""
         r = await self._request("GET", f"/v1/rollouts/{job_id}")
         return JobStatus.model_validate(r.json())
 
-    async def cancel(self, job_id: str) -> JobStatus:
+    async def cancel(self, job_id: str, token: str | None = None) -> JobStatus:
         """See ``SeerClient.cancel``."""
-        r = await self._request("DELETE", f"/v1/rollouts/{job_id}")
+        headers = self._cancel_headers(job_id, token)
+        r = await self._request("DELETE", f"/v1/rollouts/{job_id}", headers=headers)
         return JobStatus.model_validate(r.json())
 
     async def stream_groups(

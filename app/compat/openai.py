@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.api import GroupResult, RolloutRequest
+from app.api import ClientRequest, GroupResult, RolloutRequest
 from app.compat.native import native_rollout
 from app.compat.stop import cut_at_stop
 from core.engine import SamplingParams
@@ -24,7 +24,7 @@ from core.engine.types import SEED_SPACE
 Prompt = str | list[int] | list[str] | list[list[int]]
 
 
-class CompletionRequest(BaseModel):
+class CompletionRequest(ClientRequest):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     model: str = Field(min_length=1, max_length=512, description="any name; answered with ours")

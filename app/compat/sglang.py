@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.api import GroupResult, RolloutRequest
+from app.api import ClientRequest, GroupResult, RolloutRequest
 from app.compat.native import native_rollout
 from app.compat.stop import cut_at_stop, cut_at_stop_token
 from core.engine import SamplingParams
@@ -46,7 +46,7 @@ class SGLangSampling(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
 
-class GenerateRequest(BaseModel):
+class GenerateRequest(ClientRequest):
     model_config = _STRICT
 
     input_ids: list[int] | list[list[int]] | None = None
@@ -106,7 +106,7 @@ class GenerateRequest(BaseModel):
         )
 
 
-class AbortRequest(BaseModel):
+class AbortRequest(ClientRequest):
     model_config = _STRICT
 
     rid: str = Field("", max_length=128, description="the call to abort ('' with abort_all)")

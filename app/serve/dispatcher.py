@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
 from collections import deque
@@ -312,10 +313,20 @@ class Dispatcher:
     def status(self, job_id: str) -> JobStatus:
         return self.get(job_id).status(self.metrics.rate(time.time()))
 
-    def cancel(self, job_id: str, error: str | None = None) -> JobStatus:
+    def cancel(self, job_id: str, error: str | None = None, digest: str | None = None) -> JobStatus:
         """Cancel a job: queued requests leave at once, running chunks are aborted on their
-        replicas (their capacity is freed as the aborts report). Idempotent."""
+        replicas (their capacity is freed as the aborts report). Idempotent. With ``digest``
+        (of the token a caller showed) it must be the job's own cancel digest, else 403; without,
+        the caller is trusted (the operator, the service itself)."""
         job = self.get(job_id)
+        if digest is not None:
+            own = job.plan.cancel_digest
+            if own is None or not hmac.compare_digest(own, digest):
+                raise JobError(
+                    403,
+                    f"that token may not cancel job {job_id}: give the cancel_token its "
+                    "submission returned, or the operator token",
+                )
         self._end(job, JobState.CANCELLED, error)
         return self.status(job_id)
 

@@ -42,7 +42,16 @@ from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
 from app.serve.jobs import JobError
 from app.serve.metrics import CONTENT_TYPE
-from app.serve.operator import SpeculationUpdate, authorize, configured_token, merged_settings
+from app.serve.operator import (
+    SpeculationUpdate,
+    authorize,
+    bearer,
+    configured_token,
+    is_operator,
+    merged_settings,
+    new_cancel_token,
+    token_digest,
+)
 from app.serve.scheduler import JobOutcome, ServiceHealth
 from app.serve.speculation import SpeculationState
 from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
@@ -80,10 +89,12 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {_json_safe(str(k)): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
+    if isinstance(value, str):  # a lone surrogate would fail the answer's encoding (a 500)
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if value is None or isinstance(value, bool | int | float):
         return value
     return repr(value)
 
@@ -91,7 +102,12 @@ def _json_safe(value: Any) -> Any:
 @api.exception_handler(RequestValidationError)
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     detail = [
-        {k: _json_safe(v) for k, v in err.items() if k in ("loc", "msg", "type", "input")}
+        {
+            k: _json_safe(v)
+            for k, v in err.items()
+            # the input of an error about the whole body is the body: not echoed back
+            if k in ("loc", "msg", "type") or (k == "input" and len(err.get("loc", ())) > 1)
+        }
         for err in exc.errors()
     ]
     return JSONResponse(status_code=422, content={"detail": detail})
@@ -225,8 +241,11 @@ class Ingress:
 
         return await asyncio.to_thread(run)
 
-    async def _submit(self, req: RolloutRequest, job_id: str | None = None) -> str:
-        """Validate against the model, tokenize, submit; returns the job id."""
+    async def _submit(
+        self, req: RolloutRequest, job_id: str | None = None, cancel_digest: str | None = None
+    ) -> str:
+        """Validate against the model, tokenize, submit; returns the job id. ``cancel_digest``:
+        of the token its submitter may cancel it with (None: the operator only)."""
         if req.policy is not None:  # only then is the running policy worth a round trip
             running: str = await self._call("policy")
             if req.policy != running:
@@ -237,6 +256,7 @@ class Ingress:
                 )
         prompts = await self._prompt_ids(req)
         plan = expand(job_id or uuid.uuid4().hex[:12], req, prompts)
+        plan.cancel_digest = cancel_digest
         status: JobStatus = await self._call("submit", plan)
         return status.id
 
@@ -295,12 +315,14 @@ class Ingress:
         """Start a rollout job: 202 with its URLs, or (``"wait": true``) 200 with every group
         when it is done (504 past request_timeout_s, 503 when it failed)."""
         if not req.wait:
-            job_id = await self._submit(req)
+            token, digest = new_cancel_token()
+            job_id = await self._submit(req, cancel_digest=digest)
             base = str(request.base_url).rstrip("/")
             accepted = JobAccepted(
                 id=job_id,
                 status_url=f"{base}/v1/rollouts/{job_id}",
                 groups_url=f"{base}/v1/rollouts/{job_id}/groups",
+                cancel_token=token,
             )
             return JSONResponse(status_code=202, content=accepted.model_dump())
         job_id, outcome = await self._run(req)
@@ -323,10 +345,27 @@ class Ingress:
         status: JobStatus = await self._call("status", job_id)
         return status
 
-    @api.delete("/v1/rollouts/{job_id}", response_model=JobStatus)
-    async def cancel(self, job_id: str) -> JobStatus:
-        """Cancel: the job's chunks are aborted on the engines and stop using capacity."""
-        status: JobStatus = await self._call("cancel", job_id)
+    @api.delete(
+        "/v1/rollouts/{job_id}",
+        response_model=JobStatus,
+        responses={401: {"description": "no token"}, 403: {"description": "not this job's"}},
+    )
+    async def cancel(self, job_id: str, authorization: str | None = Header(None)) -> JobStatus:
+        """Cancel: the job's chunks are aborted on the engines and stop using capacity. Needs
+        ``Authorization: Bearer <token>``: the job's ``cancel_token`` (from its 202) or the
+        operator token."""
+        if is_operator(self._operator_token, authorization):
+            status: JobStatus = await self._call("cancel", job_id)
+            return status
+        given = bearer(authorization)
+        if given is None:
+            raise HTTPException(
+                401,
+                "cancelling a job needs Authorization: Bearer <token>, the cancel_token its "
+                "submission returned (or the operator token)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        status = await self._call("cancel", job_id, token_digest(given))
         return status
 
     @api.get(
@@ -387,10 +426,15 @@ class Ingress:
         return JSONResponse(content=out)
 
     @api.post("/abort_request")
-    async def abort_request(self, req: AbortRequest) -> dict[str, list[str]]:
-        """Abort one ``/generate`` call by its ``rid``, or every open job (``abort_all``); an
-        unknown or finished rid aborts nothing."""
+    async def abort_request(
+        self, req: AbortRequest, authorization: str | None = Header(None)
+    ) -> dict[str, list[str]]:
+        """Abort one ``/generate`` call by its ``rid`` (the caller's own id: choose it
+        unguessable), or every open job (``abort_all``: an operator change, it needs
+        ``Authorization: Bearer <operator token>``); an unknown or finished rid aborts
+        nothing."""
         if req.abort_all:
+            authorize(self._operator_token, authorization)
             ids: list[str] = await self._call("cancel_all", "aborted by /abort_request")
             return {"aborted": ids}
         try:

@@ -4,24 +4,30 @@ Invariant: an operator request is authorized only by ``Authorization: Bearer <to
 (constant-time compare) to the configured token (``operator_token`` in the config, else the
 ``SEER_OPERATOR_TOKEN`` environment variable); a missing header is 401, a wrong token 403, and
 with no token configured every operator change is refused with 403 saying how to enable them.
+
+Who may cancel a job: the holder of its cancel token (returned once, in the 202 of its
+submission; the job keeps only its sha256) or the operator. ``abort_all`` is an operator change.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import hmac
 import os
+import secrets
 from typing import Any
 
 from fastapi import HTTPException
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from app.api import ClientRequest
 from core.drafting.step_drafter import DraftSettings
 
 TOKEN_ENV = "SEER_OPERATOR_TOKEN"
 
 
-class SpeculationUpdate(BaseModel):
+class SpeculationUpdate(ClientRequest):
     """Body of ``PUT /v1/speculation``: fields of ``settings`` not given keep their value."""
 
     model_config = ConfigDict(extra="forbid")
@@ -31,6 +37,35 @@ class SpeculationUpdate(BaseModel):
         "min_token_prob ([0, 1]), adaptive (bool), probe_priority (>= 1)"
     )
     reason: str | None = Field(None, max_length=500, description="why (kept in the audit log)")
+
+
+def new_cancel_token() -> tuple[str, str]:
+    """A job's cancel token (given to its submitter once) and its digest (kept with the job)."""
+    token = secrets.token_urlsafe(24)
+    return token, token_digest(token)
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, None without one. Headers arrive decoded
+    as Latin-1; the token comes back as the text of the bytes sent (UTF-8)."""
+    if not authorization:
+        return None
+    scheme, _, given = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return None
+    return given.strip().encode("latin-1", "replace").decode("utf-8", "replace")
+
+
+def is_operator(token: str | None, authorization: str | None) -> bool:
+    """Whether ``authorization`` carries the configured operator token (constant time)."""
+    given = bearer(authorization)
+    if token is None or given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8"))
 
 
 def configured_token(config_token: str | None) -> str | None:
@@ -48,8 +83,7 @@ def authorize(token: str | None, authorization: str | None) -> None:
         raise HTTPException(
             401, "missing Authorization: Bearer <token>", headers={"WWW-Authenticate": "Bearer"}
         )
-    scheme, _, given = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
+    if not is_operator(token, authorization):  # bytes compared: non-ASCII is no TypeError
         raise HTTPException(403, "wrong operator token")
 
 

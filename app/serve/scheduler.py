@@ -196,8 +196,8 @@ class SeerScheduler:
     async def status(self, job_id: str) -> JobStatus:
         return self.dispatcher.status(job_id)
 
-    async def cancel(self, job_id: str) -> JobStatus:
-        return self.dispatcher.cancel(job_id)
+    async def cancel(self, job_id: str, digest: str | None = None) -> JobStatus:
+        return self.dispatcher.cancel(job_id, digest=digest)
 
     async def stream_groups(self, job_id: str) -> AsyncIterator[GroupResult]:
         async for group in self.dispatcher.stream(job_id):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.api import ClientRequest
+
 
 class WeightsState(BaseModel):
     """The weights the service samples with (GET /v1/weights)."""
@@ -24,7 +26,7 @@ class WeightsState(BaseModel):
     updating: bool = Field(False, description="an update is running (dispatch paused)")
 
 
-class WeightsUpdateRequest(BaseModel):
+class WeightsUpdateRequest(ClientRequest):
     """POST /v1/weights."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -64,7 +66,7 @@ class WeightsUpdate(BaseModel):
     )
 
 
-class DiskWeightsRequest(BaseModel):
+class DiskWeightsRequest(ClientRequest):
     """``POST /update_weights_from_disk`` (SGLang's shape of POST /v1/weights)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

@@ -144,6 +144,21 @@ def test_wait_on_a_cancelled_job_raises_job_failed(client: SeerClient) -> None:
     assert len(exc.value.groups) < 8
 
 
+def test_a_client_cancels_its_own_jobs_and_others_only_with_a_token(
+    client: SeerClient, url: str
+) -> None:
+    """The client keeps each job's cancel token from its 202: it cancels what it submitted;
+    another client's job needs that job's token (``token=``) or the operator token."""
+    with SeerClient(url, timeout=60) as other:
+        job = other.submit(**LONG)
+        assert other.cancel(job.id).state is JobState.CANCELLED
+        foreign = client.submit(**LONG)
+        with pytest.raises(SeerHTTPError) as exc:
+            other.cancel(foreign.id)
+        assert exc.value.status_code == 401
+        assert other.cancel(foreign.id, token=foreign.cancel_token).state is JobState.CANCELLED
+
+
 def test_wait_past_its_timeout_leaves_the_job_and_rollout_cancels_it(client: SeerClient) -> None:
     job = client.submit(**LONG)
     t0 = time.monotonic()

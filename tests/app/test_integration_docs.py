@@ -46,7 +46,9 @@ def _samples(path: str, out: Any) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(("path", "style", "body"), SHAPES, ids=[s for _, s, _ in SHAPES])
 def test_documented_request_is_served(url: str, path: str, style: str, body: Any) -> None:
-    r = httpx.post(f"{url}{path}", json=body, timeout=120)
+    # abort_all is an operator change: the guide says to send the operator token
+    auth = {"Authorization": f"Bearer {APP['operator_token']}"} if body.get("abort_all") else {}
+    r = httpx.post(f"{url}{path}", json=body, headers=auth, timeout=120)
     assert r.status_code == 200, r.text
     out = r.json()
     if path == "/abort_request":

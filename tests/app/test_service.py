@@ -58,6 +58,14 @@ def _submit(client: httpx.Client, **body: Any) -> dict[str, Any]:
     return out
 
 
+OPERATOR = {"Authorization": f"Bearer {APP['operator_token']}"}
+
+
+def _owner(job: dict[str, Any]) -> dict[str, str]:
+    """The header that lets a job's submitter cancel it: its cancel token, from the 202."""
+    return {"Authorization": f"Bearer {job['cancel_token']}"}
+
+
 def _wait_state(client: httpx.Client, job_id: str, timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
@@ -120,7 +128,7 @@ def test_cancel_aborts_the_job_s_chunks_at_once(client: httpx.Client) -> None:
         assert state["state"] in ("queued", "running"), state  # still open: cancel has work
         assert time.monotonic() < deadline, client.get("/healthz").json()
         time.sleep(0.1)
-    r = client.delete(f"/v1/rollouts/{job['id']}")
+    r = client.delete(f"/v1/rollouts/{job['id']}", headers=_owner(job))
     assert r.status_code == 200 and r.json()["state"] == "cancelled"
     deadline = time.monotonic() + 10  # a few health probes
     while _in_flight(client):
@@ -128,12 +136,35 @@ def test_cancel_aborts_the_job_s_chunks_at_once(client: httpx.Client) -> None:
         time.sleep(0.1)
     with client.stream("GET", job["groups_url"]) as s:  # the stream of a cancelled job ends
         assert [line for line in s.iter_lines() if line] == []
-    assert client.delete("/v1/rollouts/nope").status_code == 404
+    assert client.delete("/v1/rollouts/nope", headers=OPERATOR).status_code == 404
     assert client.get("/v1/rollouts/nope/groups").status_code == 404
 
 
+def test_only_the_submitter_or_the_operator_may_cancel_a_job(client: httpx.Client) -> None:
+    """DELETE was open to anyone who knew (or saw on the dashboard) a job id. Now it needs the
+    job's cancel token (returned only in its 202) or the operator token: no token is 401, another
+    job's token or a wrong one 403, and the job runs on."""
+    mine = _submit(client, prompts=["x"], group_size=2, max_tokens=300)
+    theirs = _submit(client, prompts=["y"], group_size=2, max_tokens=300)
+    assert mine["cancel_token"] != theirs["cancel_token"] and len(mine["cancel_token"]) >= 32
+    url = f"/v1/rollouts/{mine['id']}"
+    r = client.delete(url)
+    assert r.status_code == 401 and "cancel_token" in r.json()["detail"], r.text
+    for wrong in (_owner(theirs), {"Authorization": "Bearer guess"}, {"Authorization": "t0ken"}):
+        r = client.delete(url, headers=wrong)
+        assert r.status_code == 403, r.text
+    assert client.get(url).json()["state"] in ("queued", "running")
+    assert client.delete(url, headers=_owner(mine)).json()["state"] == "cancelled"
+    r = client.delete(f"/v1/rollouts/{theirs['id']}", headers=OPERATOR)
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    abort_all = client.post("/abort_request", json={"abort_all": True})
+    assert abort_all.status_code == 401, abort_all.text
+    wrong_all = client.post("/abort_request", json={"abort_all": True}, headers=_owner(mine))
+    assert wrong_all.status_code == 403, wrong_all.text
+
+
 def test_over_the_job_limit_is_429_with_retry_after(client: httpx.Client) -> None:
-    ids = [_submit(client, prompts=["x"] * 4, group_size=4, max_tokens=300)["id"] for _ in range(3)]
+    jobs = [_submit(client, prompts=["x"] * 4, group_size=4, max_tokens=300) for _ in range(3)]
     r = client.post("/v1/rollouts", json={"prompts": ["x"], "group_size": 1, "max_tokens": 4})
     assert r.status_code == 429, r.text
     assert r.headers["retry-after"] == "3" and "max_open_jobs=3" in r.json()["detail"]
@@ -141,8 +172,8 @@ def test_over_the_job_limit_is_429_with_retry_after(client: httpx.Client) -> Non
         "/v1/rollouts", json={"prompts": ["x"] * 200, "group_size": 4, "max_tokens": 4}
     )
     assert too_big.status_code == 422 and "max_job_requests=512" in too_big.json()["detail"]
-    for job_id in ids:
-        client.delete(f"/v1/rollouts/{job_id}")
+    for job in jobs:
+        client.delete(f"/v1/rollouts/{job['id']}", headers=_owner(job))
     r = client.post("/v1/rollouts", json={"prompts": ["x"], "group_size": 1, "max_tokens": 4})
     assert r.status_code == 202
 
@@ -230,6 +261,48 @@ def test_loose_or_non_finite_input_is_422_naming_the_field(
     assert any(d["loc"][: len(loc)] == loc for d in r.json()["detail"]), r.text
 
 
+LONE = "\\ud800"  # a JSON escape of half a surrogate pair: valid JSON, not Unicode text
+
+
+@pytest.mark.parametrize(
+    "path,raw,where",
+    [
+        ("/v1/rollouts", '{"prompts":["a%s"],"group_size":1,"max_tokens":4}', "prompts[0]"),
+        ("/v1/rollouts", '{"prompts":["a"],"prompt_ids":["%s"],"group_size":1,"max_tokens":4}',
+         "prompt_ids[0]"),
+        ("/v1/rollouts", '{"prompts":["a"],"group_key":"k%s","group_size":1,"max_tokens":4}',
+         "group_key"),
+        ("/v1/rollouts", '{"prompts":["a"],"group_size":1,"max_tokens":4,"policy":"%s"}',
+         "policy"),
+        ("/v1/rollouts", '{"prompts":["a"],"group_size":1,"max_tokens":4,"x%s":1}', "body (a key)"),
+        ("/v1/completions", '{"model":"m","prompt":"%s","max_tokens":4}', "prompt"),
+        ("/v1/completions", '{"model":"m","prompt":"a","max_tokens":4,"user":"%s"}', "user"),
+        ("/v1/completions", '{"model":"m","prompt":["a","%s"],"max_tokens":4}', "prompt[1]"),
+        ("/generate", '{"text":"%s","sampling_params":{"max_new_tokens":4}}', "text"),
+        ("/generate", '{"text":"a","rid":"%s","sampling_params":{"max_new_tokens":4}}', "rid"),
+        ("/abort_request", '{"rid":"%s"}', "rid"),
+    ],
+)  # fmt: skip
+def test_text_that_is_not_unicode_is_422_naming_the_field(
+    client: httpx.Client, path: str, raw: str, where: str
+) -> None:
+    """A lone surrogate made the tokenizer (or the encoder of the 422 itself) raise: a 500, and
+    for prompt_ids a rollout generated before the failure. Now: 422 from the body's validation,
+    before the handler (and any job) runs, its message naming the field, its body UTF-8 JSON."""
+    r = client.post(path, content=raw % LONE, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    msg = " ".join(d["msg"] for d in r.json()["detail"])
+    assert f"{where} is not valid Unicode text" in msg, msg
+    r.content.decode("utf-8")  # the answer itself is valid UTF-8
+
+
+def test_a_non_ascii_bearer_token_is_refused_not_a_500(client: httpx.Client) -> None:
+    body = {"settings": {"max_draft": 4}}
+    for sent in ("Bearer t\u00f6ken".encode(), "Bearer t0ken\u00e9".encode("latin-1")):
+        r = client.put("/v1/speculation", json=body, headers={"Authorization": sent})
+        assert r.status_code == 403, r.text
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
     lambda inner: (
@@ -278,7 +351,8 @@ def test_fuzzed_requests_never_get_a_5xx(client: httpx.Client, body: Any) -> Non
     r = client.post("/v1/rollouts", content=raw, headers={"content-type": "application/json"})
     assert r.status_code < 500, (raw, r.status_code, r.text)
     if r.status_code == 202:
-        assert client.delete(f"/v1/rollouts/{r.json()['id']}").status_code == 200
+        job = r.json()
+        assert client.delete(f"/v1/rollouts/{job['id']}", headers=_owner(job)).status_code == 200
     elif r.status_code == 422:
         detail = r.json()["detail"]
         assert detail and all(d["loc"] for d in detail) if isinstance(detail, list) else detail

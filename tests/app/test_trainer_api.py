@@ -154,7 +154,8 @@ def test_abort_request_returns_the_partial_sample_as_abort(client: httpx.Client)
         time.sleep(0.05)
     one = client.post("/abort_request", json={"rid": "ab-1"}).json()
     assert one == {"aborted": ["ab-1"]}
-    rest = client.post("/abort_request", json={"abort_all": True}).json()
+    operator = {"Authorization": f"Bearer {TOKEN}"}
+    rest = client.post("/abort_request", json={"abort_all": True}, headers=operator).json()
     assert "ab-2" in rest["aborted"]
     for t in threads:
         t.join(60)
