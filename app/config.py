@@ -60,6 +60,18 @@ class ServiceLimits(BaseModel):
         2**28, ge=1, le=2**40, description="requests x max_tokens of one job"
     )
     retry_after_s: int = Field(5, ge=1, le=3600, description="Retry-After sent with 429")
+    max_body_bytes: int = Field(
+        64 * 2**20,
+        ge=1024,
+        le=2**30,
+        description="largest request body (bytes); a larger one is 413 before it is parsed",
+    )
+    body_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="longest wait for the next part of a request body; then 408",
+    )
 
 
 class DraftServerConfig(BaseModel):

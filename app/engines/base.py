@@ -23,6 +23,9 @@ class TextCodec(Protocol):
     """Text <-> token ids of a backend's model; the ingress holds its own (no engine call)."""
 
     vocab_size: int
+    #: The most UTF-8 bytes of text one token stands for (an upper bound): a text of n bytes
+    #: is at least ceil(n / max_token_bytes) tokens, known without tokenizing it.
+    max_token_bytes: int
 
     def encode(self, text: str, chat: bool) -> list[int]:
         """Tokenize ``text``; with ``chat`` wrap it as one user turn of the chat template."""

@@ -27,6 +27,7 @@ class FakeCodec:
     """One character per token (ids are code points below ``VOCAB``)."""
 
     vocab_size = VOCAB
+    max_token_bytes = 4  # a character
 
     def __init__(self, config: EngineConfig | None = None) -> None:
         pass

@@ -76,6 +76,8 @@ class _Chunk:
 class SimCodec:
     """The sim backend's text codec (bytes), for the ingress."""
 
+    max_token_bytes = 1  # a byte
+
     def __init__(self, config: EngineConfig) -> None:
         self.vocab_size = (config.sim or SimConfig()).vocab_size
 

@@ -19,6 +19,11 @@ class Tokenizer:
         # The model's embedding rows, as vLLM counts them (may exceed the tokenizer's length).
         config = json.loads((model_path / "config.json").read_text())
         self.vocab_size = int(config.get("vocab_size") or len(self._tok))
+        # Each character of a token's piece stands for at most 4 bytes of text: one byte in
+        # byte-level BPE (GPT-2 style), up to a UTF-8 character in SentencePiece pieces (its
+        # "\u2581" is one space). Added and special tokens are pieces of their own text.
+        pieces = self._tok.convert_ids_to_tokens(list(range(len(self._tok))))
+        self.max_token_bytes = 4 * max(len(p) for p in pieces if p is not None)
 
     @classmethod
     def for_engine(cls, config: EngineConfig) -> Tokenizer:

@@ -35,11 +35,12 @@ from app.api import (
 )
 from app.compat.openai import CompletionRequest, CompletionResponse, completion_response
 from app.compat.sglang import AbortRequest, GenerateRequest, generate_response
-from app.config import ServiceConfig
+from app.config import ServiceConfig, ServiceLimits
 from app.engines.base import TextCodec
 from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
+from app.serve.body_limits import BodyLimits
 from app.serve.jobs import JobError
 from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import (
@@ -66,6 +67,9 @@ api = FastAPI(
     docs_url=None,  # served below from local assets: the default loads them from a CDN
 )
 api.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
+_DEFAULT_LIMITS = ServiceLimits()
+api.state.body_limits = (_DEFAULT_LIMITS.max_body_bytes, _DEFAULT_LIMITS.body_read_timeout_s)
+api.add_middleware(BodyLimits, limits=lambda: api.state.body_limits)  # set by Ingress
 
 
 @api.get("/docs", include_in_schema=False)
@@ -133,6 +137,7 @@ class Ingress:
         logs.configure()
         self.config = config
         self.scheduler = scheduler
+        api.state.body_limits = (config.limits.max_body_bytes, config.limits.body_read_timeout_s)
         self._background: set[asyncio.Future[Any]] = set()  # cancels outliving their caller
         token = config.operator_token
         self._operator_token = configured_token(token.get_secret_value() if token else None)
@@ -218,6 +223,17 @@ class Ingress:
                         ["prompts", i], f"token ids {bad[:5]} outside the vocabulary [0, {vocab})"
                     )
         texts = [(i, p) for i, p in enumerate(req.prompts) if isinstance(p, str)]
+        per_token = self.codec.max_token_bytes
+        for i, p in texts:  # an oversized text is refused before it is tokenized (seconds)
+            n_bytes = len(p.encode())
+            at_least = -(-n_bytes // per_token)
+            if at_least + req.max_tokens > max_len:
+                raise _unprocessable(
+                    ["prompts", i],
+                    f"prompt of {n_bytes} bytes is at least {at_least} tokens (a token is at "
+                    f"most {per_token} bytes) + max_tokens={req.max_tokens}: exceeds the model "
+                    f"context of {max_len} tokens",
+                )
 
         def encode() -> list[list[int]]:
             return [self.codec.encode(p, req.chat_template) for _, p in texts]

@@ -33,7 +33,13 @@ APP: dict[str, Any] = {
     "policy": "divided",
     "health_period_s": 0.5,
     "replica_call_timeout_s": 2,
-    "limits": {"max_open_jobs": 3, "max_job_requests": 512, "retry_after_s": 3},
+    "limits": {
+        "max_open_jobs": 3,
+        "max_job_requests": 512,
+        "retry_after_s": 3,
+        "max_body_bytes": 1_048_576,
+        "body_read_timeout_s": 2,
+    },
     "operator_token": "t0ken",
     # ~100 tokens per response (EOS with p=1/97 per token) at 20 ms per token
     "engine": {"backend": "fake", "max_model_len": 512, "fake_step_s": 0.02},
@@ -161,6 +167,45 @@ def test_only_the_submitter_or_the_operator_may_cancel_a_job(client: httpx.Clien
     assert abort_all.status_code == 401, abort_all.text
     wrong_all = client.post("/abort_request", json={"abort_all": True}, headers=_owner(mine))
     assert wrong_all.status_code == 403, wrong_all.text
+
+
+def test_oversized_or_stalled_bodies_are_refused(client: httpx.Client, url: str) -> None:
+    """A 10 MB prompt was read and tokenized for 16-18 s before its 422; a body shorter than
+    its Content-Length held the connection for 20 s and more. Now: 413 past
+    limits.max_body_bytes (1 MiB here) before anything is parsed, 408 once the body stops
+    arriving for body_read_timeout_s (2 s here)."""
+    import socket
+    from urllib.parse import urlparse
+
+    big = {"prompts": ["x" * 2_000_000], "group_size": 1, "max_tokens": 4}
+    r = client.post("/v1/rollouts", json=big)
+    assert r.status_code == 413 and "max_body_bytes=1048576" in r.json()["detail"], r.text
+    chunks = (b'{"prompts": ["' + b"x" * 65536 for _ in range(20))
+    r = client.post("/v1/rollouts", content=chunks, headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text  # chunked, no Content-Length: counted as it comes
+    u = urlparse(url)
+    with socket.create_connection((u.hostname, u.port), timeout=60) as sock:
+        t0 = time.monotonic()
+        sock.sendall(
+            b"POST /v1/rollouts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"prompts": '
+        )
+        answer = sock.recv(4096).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 408"), answer
+    assert time.monotonic() - t0 < 50  # a generous bound: the limit is 2 s, the hang was forever
+    assert client.get("/healthz").status_code == 200
+
+
+def test_a_prompt_too_long_for_the_context_is_refused_before_tokenizing(
+    client: httpx.Client,
+) -> None:
+    """Known from its bytes alone (a token is at most 4 bytes of the fake model's text): the
+    422 says so, where a 10 MB prompt used to be tokenized for 16-18 s first."""
+    body = {"prompts": ["ok", "x" * 4000], "group_size": 1, "max_tokens": 4}
+    r = client.post("/v1/rollouts", json=body)
+    assert r.status_code == 422, r.text
+    (d,) = r.json()["detail"]
+    assert d["loc"] == ["body", "prompts", 1] and "at least 1000 tokens" in d["msg"], d
 
 
 def test_over_the_job_limit_is_429_with_retry_after(client: httpx.Client) -> None:
