@@ -12,9 +12,9 @@ import math
 import os
 from collections.abc import Mapping
 
-#: No model hub at run time (models are prepared locally), no telemetry, Ray without tokens.
+#: No model hub at run time (models are prepared locally), no telemetry. Ray's token auth is
+#: left to Ray's default, except for the local Ray of ``seer serve``, which turns it on.
 DRIVER_ENV: dict[str, str] = {
-    "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",

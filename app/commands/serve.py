@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass
@@ -126,6 +127,7 @@ def serve_cmd(
         except ValueError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
+    auth = _local_ray_auth() if address is None else ""  # before Ray reads its config
     import ray
     from ray import serve
 
@@ -159,6 +161,8 @@ def serve_cmd(
             include_dashboard=False,
             runtime_env=sf.runtime_env or None,
         )
+        gcs = ray.get_runtime_context().gcs_address
+        typer.echo(f"started a local Ray at {gcs} ({auth})", err=True)
     try:
         problem = capacity_problem(cfg, ray.cluster_resources(), joined=address is not None)
     except ValueError as exc:
@@ -237,6 +241,20 @@ def _served_at(host: str, port: int) -> tuple[str, int]:
             err=True,
         )
     return str(http.host), int(http.port)
+
+
+def _local_ray_auth() -> str:
+    """Token authentication for the local Ray this command starts. Ray's GCS and raylets
+    listen on every interface (Ray cannot bind them to loopback only), and with auth off anyone
+    who reaches their ports runs code on this machine. With ``RAY_AUTH_MODE`` unset, a fresh
+    random token is put in this process's environment, which Ray's own processes inherit and
+    nothing else sees; a ``RAY_AUTH_MODE`` set by the caller is kept (``disabled`` to opt out).
+    Call before Ray is imported (Ray reads the mode once)."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return f"RAY_AUTH_MODE={os.environ['RAY_AUTH_MODE']} as given"
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_urlsafe(32)
+    return "token authentication on: a fresh token, known to this process and its Ray only"
 
 
 def _describe_nodes() -> str:

@@ -170,6 +170,7 @@ def test_seer_serve_starts_answers_and_drains_on_sigterm(tmp_path: Path) -> None
             cli, ["demo", "--url", url, "--json", "--policy", "divided", "--max-tokens", "4"]
         )
         assert result.exit_code == 0, result.output
+        _assert_ray_refuses_strangers((tmp_path / "serve.log").read_text())
         store = httpx.get(f"{url}/healthz", timeout=5).json()["store"]
         assert store["accepted"] > 0 and store["dropped"] == 0, store
         job = httpx.post(
@@ -198,3 +199,22 @@ def test_seer_serve_starts_answers_and_drains_on_sigterm(tmp_path: Path) -> None
         assert counts["jobs"] >= 1 and counts["requests"] >= 1, counts
     finally:
         reader.close()
+
+
+def _assert_ray_refuses_strangers(log: str) -> None:
+    """The local Ray of `seer serve` listens on every interface (Ray binds no other way): with
+    its token authentication a driver that lacks the token cannot join it."""
+    import os
+    import re
+
+    found = re.search(r"started a local Ray at (\S+) \(token authentication on", log)
+    assert found, log[-3000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    stranger = subprocess.run(
+        [sys.executable, "-c", f"import ray; ray.init(address={found[1]!r}); print('JOINED')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert stranger.returncode != 0 and "JOINED" not in stranger.stdout, stranger.stdout
