@@ -8,6 +8,7 @@ restarts).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -187,6 +188,12 @@ class ServiceConfig(BaseModel):
         default_factory=StoreConfig,
         description="history store: whether and where events are recorded (app/store)",
     )
+    weights_root: str | None = Field(
+        None,
+        description="directory that weight updates (POST /v1/weights, /update_weights_from_disk) "
+        "may load from: a path outside it, also through a symlink, is 422. None: any directory "
+        "the service can read (the operator token still guards every update)",
+    )
     weight_update_timeout_s: float = Field(
         600.0,
         gt=0,
@@ -194,6 +201,13 @@ class ServiceConfig(BaseModel):
         description="bound on a weight update: running chunks finishing, then every replica "
         "loading the new weights (POST /v1/weights answers 504 past it)",
     )
+
+    @field_validator("weights_root")
+    @classmethod
+    def _absolute_root(cls, v: str | None) -> str | None:
+        if v is not None and not os.path.isabs(v):
+            raise ValueError(f"weights_root must be an absolute path, got {v!r}")
+        return v
 
     @field_validator("control_resources")
     @classmethod

@@ -624,6 +624,7 @@ class Dispatcher:
         self.metrics.chunk_latency.observe(now - flight.started)
         s = self.scheduler
         if isinstance(outcome, ReplicaUnavailable):
+            self.metrics.chunks_lost.labels(self.replicas[d.replica].replica_id).inc()
             self._replica_lost(d.replica, str(outcome), now)
             s.complete(d.request_id, 0, FinishReason.ABORT)
             run.failures += 1
@@ -748,7 +749,7 @@ class Dispatcher:
         rep.failures.append(now)
         while rep.failures and rep.failures[0] < now - self.config.failure_window_s:
             rep.failures.popleft()
-        self.metrics.chunk_failures.labels(rep.replica_id).inc()
+        self.metrics.replica_failures.labels(rep.replica_id).inc()
         if len(rep.failures) >= self.config.max_replica_failures:
             self._set_state(i, ReplicaState.FAILED, error)
         elif rep.state is not ReplicaState.FAILED:

@@ -41,7 +41,7 @@ from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
 from app.serve.body_limits import BodyLimits
-from app.serve.jobs import JobError
+from app.serve.jobs import JobError, Refusal
 from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import (
     SpeculationUpdate,
@@ -117,7 +117,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return JSONResponse(status_code=422, content={"detail": detail})
 
 
-def _http(exc: JobError) -> HTTPException:
+def _http(exc: JobError | Refusal) -> HTTPException:
     headers = None
     if exc.retry_after_s is not None:
         headers = {"Retry-After": str(math.ceil(exc.retry_after_s))}
@@ -148,10 +148,14 @@ class Ingress:
         )
 
     async def _call(self, method: str, *args: Any) -> Any:
+        """The scheduler's answer; its refusal (or a JobError) as the HTTP error it names."""
         try:
-            return await getattr(self.scheduler, method).remote(*args)
+            result = await getattr(self.scheduler, method).remote(*args)
         except JobError as exc:
             raise _http(exc) from None
+        if isinstance(result, Refusal):
+            raise _http(result)
+        return result
 
     # ------------------------------------------------------------------ health, metrics
     @api.get("/healthz", response_model=ServiceHealth)
@@ -314,6 +318,8 @@ class Ingress:
             log.warning("cancel of %s not answered within %gs (still on its way)", job_id, bound)
         elif not cancel.cancelled() and cancel.exception() is not None:
             log.warning("cancel of %s failed: %r", job_id, cancel.exception())
+        elif isinstance(cancel.result(), Refusal):
+            log.info("cancel of %s refused: %s", job_id, cancel.result().message)
 
     @staticmethod
     def _failed(outcome: JobOutcome) -> HTTPException:
@@ -454,20 +460,32 @@ class Ingress:
             ids: list[str] = await self._call("cancel_all", "aborted by /abort_request")
             return {"aborted": ids}
         try:
-            status: JobStatus = await self.scheduler.cancel.remote(req.rid)
-        except JobError:
+            status: JobStatus = await self._call("cancel", req.rid)
+        except HTTPException:  # no such call (404): nothing to abort
             return {"aborted": []}
         return {"aborted": [req.rid] if status.state is JobState.CANCELLED else []}
 
     async def _update_weights(
-        self, path: str, version: int | None, abort_running: bool, authorization: str | None
+        self,
+        path: str,
+        version: int | None,
+        abort_running: bool,
+        authorization: str | None,
+        field: str = "path",
     ) -> WeightsUpdate:
         authorize(self._operator_token, authorization)
-        if not await asyncio.to_thread(os.path.isdir, path):
-            raise _unprocessable(["path"], f"weights path {path!r} is not a directory")
-        update: WeightsUpdate = await self._call(
-            "update_weights", os.path.abspath(path), version, abort_running
-        )
+        root = self.config.weights_root
+        real = await asyncio.to_thread(os.path.realpath, path)
+        if root is not None:
+            real_root = await asyncio.to_thread(os.path.realpath, root)
+            if os.path.commonpath([real, real_root]) != real_root:
+                raise _unprocessable(
+                    [field],
+                    f"weights path {path!r} (resolved: {real!r}) is outside weights_root {root!r}",
+                )
+        if not await asyncio.to_thread(os.path.isdir, real):
+            raise _unprocessable([field], f"weights path {path!r} is not a directory")
+        update: WeightsUpdate = await self._call("update_weights", real, version, abort_running)
         return update
 
     @api.post("/v1/weights", response_model=WeightsUpdate)
@@ -493,10 +511,13 @@ class Ingress:
         "abort_all_requests"}`` -> ``{"success", "message", "num_paused_requests"}``."""
         try:
             update = await self._update_weights(
-                req.model_path, req.version(), req.abort_all_requests, authorization
+                req.model_path, req.version(), req.abort_all_requests, authorization, "model_path"
             )
         except HTTPException as exc:
-            body = {"success": False, "message": str(exc.detail), "num_paused_requests": 0}
+            detail = exc.detail
+            if isinstance(detail, list):  # a 422's [{"loc", "msg"}]: its messages
+                detail = "; ".join(str(d.get("msg", d)) for d in detail)
+            body = {"success": False, "message": str(detail), "num_paused_requests": 0}
             return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
         return JSONResponse(
             content={

@@ -28,6 +28,21 @@ class JobError(Exception):
         return self.message
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A ``JobError`` as the scheduler deployment's answer, not its exception: an expected
+    refusal (404, 409, 429, ...) is then one INFO line, where Serve logs every exception a
+    deployment raises at ERROR with its traceback. The ingress raises it as its HTTP error."""
+
+    status: int
+    message: str
+    retry_after_s: float | None = None
+
+    @classmethod
+    def of(cls, exc: JobError) -> Refusal:
+        return cls(exc.status, exc.message, exc.retry_after_s)
+
+
 @dataclass
 class Job:
     plan: JobPlan

@@ -42,8 +42,18 @@ class ServiceMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
             registry=r,
         )
-        self.chunk_failures = Counter(
-            "seer_chunk_failures", "chunks lost to an unreachable replica", ["replica"], registry=r
+        self.replica_failures = Counter(
+            "seer_replica_failures",
+            "times the replica was lost (unreachable: died, restarting, timed out), one per "
+            "incident however many of its chunks were out",
+            ["replica"],
+            registry=r,
+        )
+        self.chunks_lost = Counter(
+            "seer_chunks_lost",
+            "chunks that ended on a lost replica (re-dispatched from the tokens already returned)",
+            ["replica"],
+            registry=r,
         )
         self.replica_up = Gauge(
             "seer_replica_healthy", "1 if the replica is in rotation", ["replica"], registry=r

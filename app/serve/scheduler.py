@@ -10,8 +10,10 @@ length prior; its writer runs in its own thread (connects and migrates there, ne
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel
 from ray import serve
@@ -23,6 +25,7 @@ from app.rollout import JobPlan
 from app.serve import logs
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
 from app.serve.draft_server import DraftServerLink
+from app.serve.jobs import JobError, Refusal
 from app.serve.options import SINGLETON
 from app.serve.speculation import SpeculationState
 from app.serve.weights import WeightsState, WeightsUpdate
@@ -30,6 +33,24 @@ from app.store.config import check_shared
 from app.store.writer import WriterStats
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
+
+log = logging.getLogger("seer.scheduler")
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def refusing(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T | Refusal]]:
+    """A scheduler method whose ``JobError`` comes back as a ``Refusal`` (logged at INFO)."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T | Refusal:
+        try:
+            return await method(*args, **kwargs)
+        except JobError as exc:
+            log.info("refused %s: %d %s", method.__name__, exc.status, exc.message)
+            return Refusal.of(exc)
+
+    return wrapper
 
 
 class ServeLinks:
@@ -168,11 +189,13 @@ class SeerScheduler:
     async def speculation(self) -> SpeculationState:
         return self.dispatcher.speculation.state()
 
+    @refusing
     async def configure_speculation(
         self, settings: DraftSettings, who: str, reason: str | None
     ) -> SpeculationState:
         return await self.dispatcher.configure_speculation(settings, who, reason)
 
+    @refusing
     async def update_weights(
         self, path: str, version: int | None, abort_running: bool
     ) -> WeightsUpdate:
@@ -184,6 +207,7 @@ class SeerScheduler:
     async def policy(self) -> str:
         return self.dispatcher.policy
 
+    @refusing
     async def submit(self, plan: JobPlan) -> JobStatus:
         if self.store is not None and self.dispatcher.wants_prior:
             keys = [g.spec.prompt_key or g.spec.group_id for g in plan.groups]
@@ -193,9 +217,11 @@ class SeerScheduler:
         job = self.dispatcher.submit(plan)
         return self.dispatcher.status(job.id)
 
+    @refusing
     async def status(self, job_id: str) -> JobStatus:
         return self.dispatcher.status(job_id)
 
+    @refusing
     async def cancel(self, job_id: str, digest: str | None = None) -> JobStatus:
         return self.dispatcher.cancel(job_id, digest=digest)
 
@@ -203,6 +229,7 @@ class SeerScheduler:
         async for group in self.dispatcher.stream(job_id):
             yield group
 
+    @refusing
     async def wait(self, job_id: str, partial: bool = False) -> JobOutcome:
         """The job's groups in prompt order once it is terminal: all of them when DONE; none
         otherwise, or with ``partial`` those of a CANCELLED job as far as they got (unfinished

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ APP: dict[str, Any] = {
         "body_read_timeout_s": 2,
     },
     "operator_token": "t0ken",
+    "weights_root": tempfile.gettempdir(),  # the trainer tests' checkpoints are under it
     # ~100 tokens per response (EOS with p=1/97 per token) at 20 ms per token
     "engine": {"backend": "fake", "max_model_len": 512, "fake_step_s": 0.02},
 }
@@ -206,6 +208,34 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_tokenizing(
     assert r.status_code == 422, r.text
     (d,) = r.json()["detail"]
     assert d["loc"] == ["body", "prompts", 1] and "at least 1000 tokens" in d["msg"], d
+
+
+def test_a_refusal_is_one_info_line_not_an_error_traceback(client: httpx.Client) -> None:
+    """Serve logged every expected refusal (here a 404) at ERROR with a full traceback."""
+    import ray
+
+    job_id = f"nope-{time.monotonic_ns()}"
+    r = client.get(f"/v1/rollouts/{job_id}")
+    assert r.status_code == 404 and job_id in r.json()["detail"]
+    request_id = r.headers["x-request-id"]
+    logs = Path(ray._private.worker._global_node.get_session_dir_path()) / "logs"
+
+    def recent_lines() -> list[str]:
+        files = [*logs.glob("worker-*.err"), *logs.glob("serve/*.log")]
+        fresh = [f for f in files if time.time() - f.stat().st_mtime < 120]
+        return [ln for f in fresh for ln in f.read_text(errors="replace").splitlines()]
+
+    deadline = time.monotonic() + 30  # the replicas' processes write Ray's log files
+    while True:
+        lines = recent_lines()
+        info = [ln for ln in lines if f"refused status: 404 no job '{job_id}'" in ln]
+        if info:
+            break
+        assert time.monotonic() < deadline, "no log line for the refusal"
+        time.sleep(0.5)
+    assert info[0].lstrip().startswith("INFO") or " INFO " in info[0], info
+    failed = [ln for ln in lines if request_id in ln and "Request failed" in ln]
+    assert failed == [], failed
 
 
 def test_over_the_job_limit_is_429_with_retry_after(client: httpx.Client) -> None:
@@ -449,6 +479,18 @@ def test_a_killed_replica_s_chunks_are_redispatched_and_the_rollout_completes(
             assert resp["length"] == len(resp["token_ids"]) == len(resp["logprobs"])
             assert resp["finish_reason"] == "stop" or resp["length"] == 200
     assert not math.isnan(r.json()["stats"]["tokens_per_s"])
+    metrics = client.get("/metrics").text
+    incidents = _sample(metrics, 'seer_replica_failures_total{replica="replica-1"}')
+    lost = _sample(metrics, 'seer_chunks_lost_total{replica="replica-1"}')
+    assert incidents >= 1 and lost >= 1, metrics  # one incident; the chunks it had out
+
+
+def _sample(metrics: str, name: str) -> float:
+    """The value of one Prometheus sample line (0 when absent)."""
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
 
 
 def test_speculation_settings_are_tuned_live_with_the_operator_token(client: httpx.Client) -> None:

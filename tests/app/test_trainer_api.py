@@ -7,6 +7,8 @@ change every later sample."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -180,6 +182,17 @@ def test_weight_update_changes_samples_and_versions(url: str, tmp_path: Path) ->
     auth = {"Authorization": f"Bearer {TOKEN}"}
     missing = http.post("/v1/weights", json={"path": str(tmp_path / "x")}, headers=auth)
     assert missing.status_code == 422 and "path" in missing.text
+    # weights_root (the temp dir here): nothing loads from outside it, a symlink included
+    (tmp_path / "escape").symlink_to("/usr")
+    dotdot = os.path.join(tempfile.gettempdir(), "..", "usr")
+    for outside in ("/usr", str(tmp_path / "escape"), dotdot):
+        r = http.post("/v1/weights", json={"path": outside}, headers=auth)
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "path"], r.text
+        assert "outside weights_root" in r.text and "'/usr'" in r.text, r.text
+    sg_out = http.post("/update_weights_from_disk", json={"model_path": "/usr"}, headers=auth)
+    assert sg_out.status_code == 422 and sg_out.json()["success"] is False, sg_out.text
+    assert "outside weights_root" in sg_out.json()["message"]
     sample = {"input_ids": [70, 71], "sampling_params": {"max_new_tokens": 24, "sampling_seed": 4}}
     before = _generate(http, **sample)
     assert _generate(http, **sample)["output_ids"] == before["output_ids"]  # seeded: repeatable
