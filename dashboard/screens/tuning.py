@@ -1,5 +1,5 @@
-"""Tuning: the live speculation settings, a form that changes them with the operator token,
-and the audit log."""
+"""Tuning: the live speculation settings, a form that changes them with the operator token
+(typed in the browser for each change; the dashboard holds none), and the audit log."""
 
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def _form(cfg: DashboardConfig, current: dict[str, Any]) -> None:
         }
         reason = c[1].text_input("reason (kept in the audit log)", max_chars=500)
         who = c[0].text_input("operator", value=os.environ.get("USER", "operator"), max_chars=100)
-        token = c[1].text_input(
-            "operator token", value=os.environ.get(TOKEN_ENV, ""), type="password"
-        )
+        # typed by the operator in the browser, never pre-filled: anyone who reaches this
+        # page's port would otherwise hold the dashboard's own token
+        token = c[1].text_input("operator token", value="", type="password")
         if not st.form_submit_button("Apply"):
             return
     change = v.changed(current, edited)

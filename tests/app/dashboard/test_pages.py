@@ -116,6 +116,21 @@ def test_tuning_sends_a_change_with_the_token(
     assert "Running: version 1" in texts(at.subheader)
 
 
+def test_the_operator_token_is_never_pre_filled_from_the_dashboard_s_environment(
+    monkeypatch, filled_url: str, fake_service: FakeService
+) -> None:
+    """The form used to pre-fill SEER_OPERATOR_TOKEN from the dashboard's own environment:
+    anyone who reached the dashboard's port could apply changes."""
+    monkeypatch.setenv("SEER_OPERATOR_TOKEN", "s3cret")
+    at = run(monkeypatch, "tuning", filled_url, fake_service.url)
+    [token] = [t for t in at.text_input if t.label == "operator token"]
+    assert token.value == ""
+    [max_draft] = [n for n in at.number_input if n.label == "max_draft"]
+    max_draft.set_value(3)
+    at.button[0].click().run()
+    assert fake_service.puts == [] and "operator token is needed" in texts(at.warning)
+
+
 def test_tuning_without_changes_or_token_sends_nothing(
     monkeypatch, filled_url: str, fake_service: FakeService
 ) -> None:
