@@ -4,6 +4,7 @@ simulator (a small workload; the figures for the issue come from the full comman
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -31,9 +32,10 @@ def test_e2e_runs_each_policy_and_reports_both_sides() -> None:
         for key in ("throughput_tok_s", "makespan_s", "tail_s", "sim_throughput_tok_s"):
             assert row[key] > 0, key
         assert row["requests"] == 48 and row["tail_s"] <= row["makespan_s"]
-        # wall figures converted by time_scale land near the simulator's virtual ones
-        # (loose: a loaded machine stretches wall time; the benchmark reports the real ratio)
-        assert 0.2 < row["virtual_throughput_tok_s"] / row["sim_throughput_tok_s"] < 5.0
+        # wall figures are converted to the simulator's virtual time by time_scale (how close
+        # they land is a speed figure: the benchmark reports it, a loaded machine stretches it)
+        virtual = row["throughput_tok_s"] * 0.002
+        assert math.isclose(row["virtual_throughput_tok_s"], virtual, rel_tol=1e-9), row
     assert data["policies"]["verl"]["x_verl"] == 1.0
     assert data["policies"]["verl"]["output_tokens"] == data["policies"]["context"]["output_tokens"]
 
