@@ -164,7 +164,8 @@ def test_wait_past_its_timeout_leaves_the_job_and_rollout_cancels_it(client: See
     t0 = time.monotonic()
     with pytest.raises(WaitTimeoutError) as exc:
         client.wait(job.id, timeout=0.5)
-    assert 0.5 <= time.monotonic() - t0 < 5 and exc.value.job_id == job.id
+    # no sooner than its timeout; the upper bound only guards against a hang
+    assert 0.5 <= time.monotonic() - t0 < 60 and exc.value.job_id == job.id
     assert not client.status(job.id).state.terminal  # a wait does not own the job
     client.cancel(job.id)
     with pytest.raises(WaitTimeoutError) as exc:
@@ -213,7 +214,7 @@ def test_429_carries_retry_after_and_the_opt_in_retry_honours_it(
         with SeerClient(url, retry=RetryPolicy(max_retries=3, max_wait_s=10)) as patient:
             t0 = time.monotonic()
             job = patient.submit(["x"], 1, 4)  # accepted on the retry after Retry-After
-            assert 1.0 <= time.monotonic() - t0 < 5
+            assert 1.0 <= time.monotonic() - t0 < 60  # after Retry-After; < 60: a hang
             running.append(job.id)
     finally:
         for job_id in running:
@@ -256,7 +257,7 @@ def test_async_client_has_the_same_methods(client: SeerClient, url: str) -> None
             t0 = time.monotonic()
             with pytest.raises(WaitTimeoutError):
                 await ac.wait(long.id, timeout=0.5)
-            assert time.monotonic() - t0 < 2  # exact in the async client
+            assert 0.5 <= time.monotonic() - t0 < 60  # its own deadline; < 60: a hang
             assert (await ac.cancel(long.id)).state is JobState.CANCELLED
             with pytest.raises(JobFailedError):
                 await ac.wait(long.id, timeout=30)

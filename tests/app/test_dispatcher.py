@@ -7,6 +7,7 @@ over real HTTP with real replicas.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -433,9 +434,13 @@ def test_job_past_request_timeout_is_cancelled_and_expires_after_ttl() -> None:
         d.submit(_plan("slow", prompts=2, g=2, max_tokens=400))
         job = await d.wait("slow")
         assert job.state is JobState.CANCELLED and "request_timeout_s" in (job.error or "")
-        await asyncio.sleep(1.2)
-        d._wake.set()
-        await asyncio.sleep(0.05)
+        assert d.get("slow") is job  # readable for job_ttl_s after it ended
+        deadline = time.monotonic() + 30  # then it expires (the loop checks once a second)
+        while "slow" in d.jobs:
+            assert time.monotonic() < deadline, "the job never expired"
+            d._wake.set()
+            await asyncio.sleep(0.1)
+        assert time.time() - (job.finished_at or 0) >= 0.5  # not before its ttl
         with pytest.raises(JobError):
             d.get("slow")
 

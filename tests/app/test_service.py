@@ -89,11 +89,9 @@ def _in_flight(client: httpx.Client) -> int:
 
 
 def test_job_is_accepted_at_once_and_streams_every_group_once(client: httpx.Client) -> None:
-    t0 = time.monotonic()
-    job = _submit(
+    job = _submit(  # a 202 (JobAccepted): answered before the rollout is done
         client, prompts=["a", "b", "c", "d"], group_size=3, max_tokens=40, prompt_ids=list("wxyz")
     )
-    assert time.monotonic() - t0 < 5  # 202 before the rollout is done
     assert job["status_url"].endswith(f"/v1/rollouts/{job['id']}")
     early = client.get(job["status_url"]).json()
     assert early["state"] in ("queued", "running") and early["progress"]["groups"] == 4

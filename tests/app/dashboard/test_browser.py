@@ -140,24 +140,33 @@ def test_progress_updates_live_while_a_rollout_runs(
     service: tuple[str, str], dashboard: str, page: Any
 ) -> None:
     url, _ = service
-    r = httpx.post(
-        f"{url}/v1/rollouts",
-        json={"prompts": [f"prompt {i}" for i in range(12)], "group_size": 4, "max_tokens": 400},
-        timeout=30,
-    )
-    assert r.status_code == 202, r.text
-    job = r.json()["id"]
-    page.goto(f"{dashboard}/now")
-    _wait_text(page, job)
-    page.evaluate("window.__seer_no_reload = true")
-    first = _finished(page)
+    # the page must first show the job while it runs: on a loaded machine a rollout can end
+    # before the page has loaded, and then another one is started (a few tries, not a timing)
+    for _attempt in range(3):
+        r = httpx.post(
+            f"{url}/v1/rollouts",
+            json={
+                "prompts": [f"prompt {i}" for i in range(12)],
+                "group_size": 4,
+                "max_tokens": 400,
+            },
+            timeout=30,
+        )
+        assert r.status_code == 202, r.text
+        job = r.json()["id"]
+        page.goto(f"{dashboard}/now")
+        _wait_text(page, job)
+        page.evaluate("window.__seer_no_reload = true")
+        first = _finished(page)
+        if first < 48:
+            break
+    assert first < 48, "every rollout ended before the page first showed it"
     deadline = time.monotonic() + 90
     seen = first
     while seen <= first or seen < 48:  # it advanced, and the job is done
         assert time.monotonic() < deadline, f"progress stuck at {seen} (first {first})"
         page.wait_for_timeout(500)
         seen = _finished(page)
-    assert first < 48, "the rollout ended before the page first showed it"
     assert page.evaluate("window.__seer_no_reload") is True  # same document: no reload
     status = httpx.get(f"{url}/v1/rollouts/{job}", timeout=10).json()
     assert status["progress"]["requests_done"] == 48
