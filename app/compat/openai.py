@@ -123,6 +123,21 @@ class CompletionResponse(BaseModel):
     policy_version: int = Field(description="newest policy version among the choices")
 
 
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "seer"
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``: OpenAI clients list the models first; the one served is the only one
+    (``/v1/completions`` answers with it whatever ``model`` a request names)."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
 def completion_response(
     req: CompletionRequest,
     groups: list[GroupResult],

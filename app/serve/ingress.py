@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -33,7 +34,13 @@ from app.api import (
     RolloutRequest,
     RolloutResponse,
 )
-from app.compat.openai import CompletionRequest, CompletionResponse, completion_response
+from app.compat.openai import (
+    CompletionRequest,
+    CompletionResponse,
+    ModelCard,
+    ModelList,
+    completion_response,
+)
 from app.compat.sglang import AbortRequest, GenerateRequest, generate_response
 from app.config import ServiceConfig, ServiceLimits
 from app.engines.base import TextCodec
@@ -139,6 +146,7 @@ class Ingress:
         self.scheduler = scheduler
         api.state.body_limits = (config.limits.max_body_bytes, config.limits.body_read_timeout_s)
         self._background: set[asyncio.Future[Any]] = set()  # cancels outliving their caller
+        self._started = int(time.time())
         token = config.operator_token
         self._operator_token = configured_token(token.get_secret_value() if token else None)
         # The model's tokenizer, loaded here (not through an engine replica); blocking, so in a
@@ -416,6 +424,11 @@ class Ingress:
             raise _unprocessable([], "; ".join(e["msg"] for e in exc.errors())) from None
         except ValueError as exc:
             raise _unprocessable([], str(exc)) from None
+
+    @api.get("/v1/models", response_model=ModelList)
+    async def models(self) -> ModelList:
+        """OpenAI's model list: the model this service runs (clients call it first)."""
+        return ModelList(data=[ModelCard(id=self.config.engine.model, created=self._started)])
 
     @api.post("/v1/completions", response_model=CompletionResponse)
     async def completions(self, req: CompletionRequest) -> JSONResponse:
