@@ -12,9 +12,11 @@ import math
 import os
 from collections.abc import Mapping
 
-#: No model hub at run time (models are prepared locally), no telemetry. Ray's token auth is
-#: left to Ray's default, except for the local Ray of ``seer serve``, which turns it on.
+#: No model hub at run time (models are prepared locally), no telemetry, Ray without tokens
+#: (Ray's own default would make a token for every local cluster and keep it in
+#: ~/.ray/auth_token), except for the local Ray of ``seer serve``, which turns them on.
 DRIVER_ENV: dict[str, str] = {
+    "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -28,9 +30,15 @@ VLLM_CPU_ENV: dict[str, str] = {
 }
 
 
+#: The variables ``apply`` set (the user had not): a default of ours, not the user's choice.
+DEFAULTED: set[str] = set()
+
+
 def apply(env: Mapping[str, str]) -> None:
     for key, value in env.items():
-        os.environ.setdefault(key, value)
+        if key not in os.environ:
+            os.environ[key] = value
+            DEFAULTED.add(key)
 
 
 def apply_engine_env(on_cpu: bool, kv_cache_gib: float) -> None:

@@ -246,11 +246,14 @@ def _served_at(host: str, port: int) -> tuple[str, int]:
 def _local_ray_auth() -> str:
     """Token authentication for the local Ray this command starts. Ray's GCS and raylets
     listen on every interface (Ray cannot bind them to loopback only), and with auth off anyone
-    who reaches their ports runs code on this machine. With ``RAY_AUTH_MODE`` unset, a fresh
+    who reaches their ports runs code on this machine. With ``RAY_AUTH_MODE`` not set by the
+    caller (``app.env`` defaults it to disabled for every other command), a fresh
     random token is put in this process's environment, which Ray's own processes inherit and
     nothing else sees; a ``RAY_AUTH_MODE`` set by the caller is kept (``disabled`` to opt out).
     Call before Ray is imported (Ray reads the mode once)."""
-    if os.environ.get("RAY_AUTH_MODE"):
+    from app.env import DEFAULTED
+
+    if os.environ.get("RAY_AUTH_MODE") and "RAY_AUTH_MODE" not in DEFAULTED:
         return f"RAY_AUTH_MODE={os.environ['RAY_AUTH_MODE']} as given"
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_urlsafe(32)

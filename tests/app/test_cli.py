@@ -148,11 +148,16 @@ def test_seer_serve_starts_answers_and_drains_on_sigterm(tmp_path: Path) -> None
     config.write_text(yaml.safe_dump(doc))
     exe = shutil.which("seer") or str(Path(sys.executable).parent / "seer")
     log = (tmp_path / "serve.log").open("w")
+    import os
+
+    # as ./run.sh starts it: Ray's auth mode not chosen by the caller (the suite's is)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     proc = subprocess.Popen(
         [exe, "serve", "--config", str(config), "--backend", "fake", "--policy", "divided",
          "--num-replicas", "2", "--port", str(port), "--num-cpus", "2"],
         stdout=log,
         stderr=subprocess.STDOUT,
+        env=env,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -207,6 +212,7 @@ def _assert_ray_refuses_strangers(log: str) -> None:
     import os
     import re
 
+    assert not (Path.home() / ".ray" / "auth_token").exists()  # no token a stranger could read
     found = re.search(r"started a local Ray at (\S+) \(token authentication on", log)
     assert found, log[-3000:]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
