@@ -86,11 +86,13 @@ class EngineLinks(Protocol):
 
 
 class ReplicaState(StrEnum):
-    """STARTING -> HEALTHY <-> DOWN; any -> FAILED (kept out of rotation for good)."""
+    """STARTING -> HEALTHY <-> DOWN | STALE; any -> FAILED (kept out of rotation for good)."""
 
     STARTING = "starting"  # has not answered a health probe yet
     HEALTHY = "healthy"  # in rotation
     DOWN = "down"  # lost a chunk or missed a probe; back in rotation once it answers again
+    STALE = "stale"  # answers, but runs other weights than the current version: out of
+    # rotation, loading them; back once it reports the current version
     FAILED = "failed"  # lost chunks max_replica_failures times within failure_window_s
 
 
@@ -488,7 +490,7 @@ class Dispatcher:
                 )
             for i in live:
                 if i not in ok:
-                    self._set_state(i, ReplicaState.DOWN, f"loading weights v{new} failed")
+                    self._set_state(i, ReplicaState.STALE, f"loading weights v{new} failed")
             await self.speculation.reset_shared()
             self.weights = WeightsState(version=new, path=path, updated_at=t_loaded)
             self.scheduler.set_policy_version(new)
@@ -782,7 +784,7 @@ class Dispatcher:
             load = await asyncio.wait_for(self.links.load(i), self.config.replica_call_timeout_s)
         except Exception as exc:  # noqa: BLE001 - unreachable for any reason
             why = f"health probe failed: {exc!r}"
-            if rep.state is ReplicaState.HEALTHY:
+            if rep.state in (ReplicaState.HEALTHY, ReplicaState.STALE):
                 self._set_state(i, ReplicaState.DOWN, why)
             elif rep.state is ReplicaState.DOWN:
                 rep.error = why
@@ -815,10 +817,12 @@ class Dispatcher:
         why = f"runs weights v{loaded}, not v{self.weights.version}"
         if self.weights.path is None:  # nothing to load: the service itself started over
             why += " (the scheduler restarted after a weight update: POST /v1/weights again)"
-        if rep.state is ReplicaState.HEALTHY:
-            self._set_state(i, ReplicaState.DOWN, why)
-        else:
+        if rep.state is ReplicaState.FAILED:
+            return
+        if rep.state is ReplicaState.STALE:
             rep.error = why
+        else:
+            self._set_state(i, ReplicaState.STALE, why)
         if not rep.syncing and self.weights.path is not None:
             rep.syncing = True
             self._spawn(self._sync_weights(i))

@@ -108,6 +108,9 @@ def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: 
         assert update.replicas == ["replica-0"]
         links.down.discard(1)
         await d.probe_all()  # reports v0 -> out of rotation, loads v2 in the background
+        assert d.replicas[1].state is ReplicaState.STALE  # answers, not on the current weights
+        assert d.replicas[1].error == "runs weights v0, not v2"
+        assert [h.state for h in d.health()] == [ReplicaState.HEALTHY, ReplicaState.STALE]
         for _ in range(200):
             if d.replicas[1].state is ReplicaState.HEALTHY:
                 break
