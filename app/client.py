@@ -223,6 +223,17 @@ def _finished(status: JobStatus, groups: list[GroupResult]) -> JobResult:
     )
 
 
+def _weights_body(
+    path: str, version: int | None, abort_running: bool, sha256: str | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"path": path, "version": version}
+    if abort_running:
+        body["abort_running"] = True
+    if sha256 is not None:
+        body["sha256"] = sha256
+    return body
+
+
 # ---------------------------------------------------------------------------------- shared
 class _Settings:
     """What both clients share: timeouts, operator token, 429 retry policy (see ``SeerClient``)."""
@@ -475,15 +486,16 @@ class SeerClient(_Settings):
         *,
         token: str | None = None,
         abort_running: bool = False,
+        sha256: str | None = None,
         timeout: float | None = None,
     ) -> WeightsUpdate:
         """Load the checkpoint at ``path`` (on the service's machine) into every engine replica
         as policy ``version`` (``POST /v1/weights``); ``abort_running``: abort running chunks
-        instead of letting them finish; ``version`` None: the current one + 1. Returns what the
-        update did (``WeightsUpdate``)."""
-        body: dict[str, Any] = {"path": path, "version": version}
-        if abort_running:
-            body["abort_running"] = True
+        instead of letting them finish; ``version`` None: the current one + 1. ``sha256``: the
+        checkpoint's digest (``app.weights_digest.checkpoint_digest(path)``, computed where the
+        trainer wrote it): every replica verifies it before loading. Returns what the update
+        did (``WeightsUpdate``)."""
+        body = _weights_body(path, version, abort_running, sha256)
         r = self._request(
             "POST",
             "/v1/weights",
@@ -678,12 +690,11 @@ class AsyncSeerClient(_Settings):
         *,
         token: str | None = None,
         abort_running: bool = False,
+        sha256: str | None = None,
         timeout: float | None = None,
     ) -> WeightsUpdate:
         """See ``SeerClient.update_weights``."""
-        body: dict[str, Any] = {"path": path, "version": version}
-        if abort_running:
-            body["abort_running"] = True
+        body = _weights_body(path, version, abort_running, sha256)
         r = await self._request(
             "POST",
             "/v1/weights",

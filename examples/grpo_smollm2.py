@@ -15,7 +15,8 @@ Every iteration:
    model on the sampled token ids, the clipped surrogate of GRPO averaged per response then over
    responses, no KL term (beta = 0); AdamW, gradient norm clipped to 1;
 4. saves the weights as safetensors (``save_pretrained``) and loads them into every engine
-   replica with ``POST /v1/weights`` (``SeerClient.update_weights``) as policy version v + 1; the
+   replica with ``POST /v1/weights`` (``SeerClient.update_weights``, with the checkpoint's
+   digest, which every replica verifies before loading) as policy version v + 1; the
    next rollout's responses must all carry ``policy_version`` v + 1.
 
 It prints, per iteration, the mean reward, the rollout time, the training step and the weight
@@ -57,6 +58,7 @@ if __package__ in (None, ""):  # run as a script: the repository root holds app/
 from app.api import GroupResult, Response  # noqa: E402 - after the path fix-up above
 from app.client import SeerClient  # noqa: E402
 from app.serve.weights import WeightsUpdate  # noqa: E402
+from app.weights_digest import checkpoint_digest  # noqa: E402
 
 if TYPE_CHECKING:
     import torch
@@ -412,7 +414,10 @@ def run(
         path = save_checkpoint(model, options.out / f"step-{version + 1}")
         save_s = time.perf_counter() - t1
         t2 = time.perf_counter()
-        answer = client.update_weights(str(path.resolve()), version + 1)
+        # every replica verifies the checkpoint it reads against the trainer's own digest
+        answer = client.update_weights(
+            str(path.resolve()), version + 1, sha256=checkpoint_digest(path)
+        )
         update_s = time.perf_counter() - t2
         expected = answer.version
         checkpoints.append(path)

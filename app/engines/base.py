@@ -80,11 +80,12 @@ class ChunkEngine(Protocol):
         exchange failed and its tokens are sent again, or there was none), and return the next
         batch (None: nothing to share now). The engine replica's sync loop drives it."""
 
-    async def update_weights(self, path: str, version: int) -> int:
+    async def update_weights(self, path: str, version: int, digest: str | None = None) -> str:
         """Load the policy weights in checkpoint directory ``path`` (``*.safetensors``) as
         ``version`` between steps, dropping what depends on the old ones (prefix cache, group
-        drafting state); ValueError naming the path when it holds no usable weights. Returns
-        the version now loaded (``load().weights_version``)."""
+        drafting state); ValueError naming the path when it holds no usable weights, or when
+        ``digest`` is given and the checkpoint's (``app.weights_digest``) is another (then
+        nothing is loaded). Returns the digest of what was loaded."""
 
     async def worker_gpu_ids(self) -> list[str]:
         """GPUs held by the engine's workers outside the replica's process (vLLM's Ray workers

@@ -15,6 +15,7 @@ import os
 import time
 
 from app.engines.config import EngineConfig
+from app.weights_digest import checkpoint_digest
 from core.drafting.shared import SyncBatch, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
@@ -148,13 +149,20 @@ class FakeEngine:
         """The fake engine never drafts: nothing to share."""
         return None
 
-    async def update_weights(self, path: str, version: int) -> int:
-        """The fake's "weights" are the checkpoint directory's name (it must exist)."""
+    async def update_weights(self, path: str, version: int, digest: str | None = None) -> str:
+        """The fake's "weights" are the checkpoint directory's name (it must exist); its
+        digest is the real one of the directory's safetensors (of none: the empty digest)."""
         if not await asyncio.to_thread(os.path.isdir, path):
             raise ValueError(f"{self.replica_id}: weights path {path!r} is not a directory")
+        loaded = await asyncio.to_thread(checkpoint_digest, path)
+        if digest is not None and loaded != digest:
+            raise ValueError(
+                f"{self.replica_id}: weights at {path!r} have digest {loaded}, not the expected "
+                f"{digest}; nothing loaded"
+            )
         self._weights = os.path.basename(os.path.normpath(path))
         self.weights_version = version
-        return version
+        return loaded
 
     async def worker_gpu_ids(self) -> list[str]:
         return []  # no workers: the replica's own GPUs are all there are

@@ -190,20 +190,30 @@ class SeerWorkerExtension:
         drafter = self._seer_drafter()
         return 0 if drafter is None else drafter.release_groups(group_ids)
 
-    def seer_load_weights(self, path: str) -> int:
+    def seer_load_weights(self, path: str, expected: str | None = None) -> str:
         """Load the checkpoint in directory ``path`` into this worker's model in place (vLLM's
         ``reload_weights``) and drop every group's draft index (it holds the old policy's
-        tokens); returns how many groups were dropped."""
+        tokens); returns the checkpoint's digest (``app.weights_digest``) as this worker read
+        it. With ``expected``, a checkpoint of another digest is refused before anything is
+        loaded (the worker keeps the weights it has)."""
+        from app.weights_digest import checkpoint_digest
+
         if not sorted(Path(path).glob("*.safetensors")):
             raise ValueError(f"weights path {path!r} holds no *.safetensors file")
+        digest = checkpoint_digest(path)
+        if expected is not None and digest != expected:
+            raise ValueError(
+                f"weights at {path!r} have digest {digest}, not the expected {expected} "
+                "(a partial write, or another checkpoint?); nothing loaded"
+            )
         self.reload_weights(weights_path=path)  # type: ignore[attr-defined]
         retie_head(self.model_runner.get_model())
         drafter = self._seer_drafter()
-        if drafter is None:
-            return 0
-        if drafter.sync is not None:
-            drafter.sync.clear()
-        return drafter.release_groups(list(drafter.store.group_ids()))
+        if drafter is not None:
+            if drafter.sync is not None:
+                drafter.sync.clear()
+            drafter.release_groups(list(drafter.store.group_ids()))
+        return digest
 
     def seer_snapshot(self) -> dict:
         drafter = self._seer_drafter()

@@ -39,6 +39,7 @@ from app.engines.sim_workload import (
     encode_text,
     sim_workload,
 )
+from app.weights_digest import checkpoint_digest
 from core.drafting.shared import FINISHED, SyncBatch, SyncClient, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
@@ -297,16 +298,22 @@ class SimEngine:
             self._sync.forget(group_ids)
         return sum(self._progress.pop(g, None) is not None for g in group_ids)
 
-    async def update_weights(self, path: str, version: int) -> int:
+    async def update_weights(self, path: str, version: int, digest: str | None = None) -> str:
         """Simulated weights change no recorded response; the version is reported and what
-        drafting knew of the old policy is dropped."""
+        drafting knew of the old policy is dropped (the digest is the directory's real one)."""
         if not await asyncio.to_thread(os.path.isdir, path):
             raise ValueError(f"{self.replica_id}: weights path {path!r} is not a directory")
+        loaded = await asyncio.to_thread(checkpoint_digest, path)
+        if digest is not None and loaded != digest:
+            raise ValueError(
+                f"{self.replica_id}: weights at {path!r} have digest {loaded}, not the expected "
+                f"{digest}; nothing loaded"
+            )
         self._progress.clear()
         if self._sync is not None:
             self._sync.clear()
         self.weights_version = version
-        return version
+        return loaded
 
     async def abort(self, request_id: str) -> bool:
         k = self._by_request.get(request_id)

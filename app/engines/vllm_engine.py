@@ -286,23 +286,27 @@ class VllmEngine:
         out = (await self._rpc("seer_draft_sync", self.replica_id, wire))[0]
         return None if out is None else SyncBatch.model_validate(out)
 
-    async def update_weights(self, path: str, version: int) -> int:
+    async def update_weights(self, path: str, version: int, digest: str | None = None) -> str:
         """Load the checkpoint in ``path`` in place into every worker (between steps), then
         drop the prefix cache (its KV was computed by the old weights); group draft indexes go
-        with the weights (see ``SeerWorkerExtension.seer_load_weights``)."""
+        with the weights (see ``SeerWorkerExtension.seer_load_weights``). Returns the digest
+        every worker read (they must agree); with ``digest``, a checkpoint of another one is
+        refused before it is loaded."""
         engine = self._require()
         if self._running:
             raise RuntimeError(
                 f"{self.replica_id}: {len(self._running)} chunks running; pause dispatch first"
             )
-        await asyncio.wait_for(
-            engine.collective_rpc("seer_load_weights", args=(path,)),
+        seen = await asyncio.wait_for(
+            engine.collective_rpc("seer_load_weights", args=(path, digest)),
             self.config.start_timeout_s,
         )
+        if len(set(seen)) != 1:
+            raise RuntimeError(f"{self.replica_id}: its workers read different weights: {seen}")
         if not await engine.reset_prefix_cache():
             raise RuntimeError(f"{self.replica_id}: the prefix cache could not be reset")
         self.weights_version = version
-        return version
+        return str(seen[0])
 
     async def score(self, context: list[int], continuation: list[int]) -> list[float]:
         """The target model's logprob of each ``continuation`` token after ``context`` (one

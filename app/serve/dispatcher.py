@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import logging
@@ -82,7 +83,12 @@ class EngineLinks(Protocol):
 
     async def release_groups(self, replica: int, group_ids: list[str]) -> int: ...
 
-    async def update_weights(self, replica: int, path: str, version: int) -> int: ...
+    async def update_weights(
+        self, replica: int, path: str, version: int, digest: str | None
+    ) -> str:
+        """Load ``path`` as ``version``; with ``digest``, refuse a checkpoint of another one
+        (nothing loaded). Returns the digest of what was loaded."""
+        ...
 
 
 class ReplicaState(StrEnum):
@@ -428,11 +434,18 @@ class Dispatcher:
         return await self.speculation.set(settings, who, reason, self._live())
 
     async def update_weights(
-        self, path: str, version: int | None, abort_running: bool = False
+        self,
+        path: str,
+        version: int | None,
+        abort_running: bool = False,
+        digest: str | None = None,
     ) -> WeightsUpdate:
         """Load new policy weights into every replica between chunks (see
         ``app.serve.weights``); 409 while another update runs or for a version that does not
-        increase, 504 past ``weight_update_timeout_s``, 503 when no replica loaded them."""
+        increase, 504 past ``weight_update_timeout_s``, 503 when no replica loaded them.
+        Verified where they are loaded: with ``digest`` (the trainer's) a replica that reads
+        another checkpoint loads nothing; without, every replica's digest must be the one most
+        of them read, and one that read other bytes leaves rotation for good (FAILED)."""
         w = self.weights
         if w.updating:
             raise JobError(409, "a weight update is already running")
@@ -469,7 +482,8 @@ class Dispatcher:
             outcomes = await asyncio.gather(
                 *(
                     asyncio.wait_for(
-                        self.links.update_weights(i, path, new), max(deadline - time.time(), 1)
+                        self.links.update_weights(i, path, new, digest),
+                        max(deadline - time.time(), 1),
                     )
                     for i in live
                 ),
@@ -491,8 +505,16 @@ class Dispatcher:
             for i in live:
                 if i not in ok:
                     self._set_state(i, ReplicaState.STALE, f"loading weights v{new} failed")
+            read = {i: str(o) for i, o in zip(live, outcomes, strict=True) if i in ok}
+            agreed = digest or collections.Counter(read.values()).most_common(1)[0][0]
+            for i, d in read.items():
+                if d != agreed:  # it runs what no other replica does: never again in rotation
+                    why = f"loaded weights v{new} with digest {d}, not {agreed} (as the others)"
+                    failed[self.replicas[i].replica_id] = why
+                    self._set_state(i, ReplicaState.FAILED, why)
+            ok = [i for i in ok if read[i] == agreed]
             await self.speculation.reset_shared()
-            self.weights = WeightsState(version=new, path=path, updated_at=t_loaded)
+            self.weights = WeightsState(version=new, path=path, digest=agreed, updated_at=t_loaded)
             self.scheduler.set_policy_version(new)
             log.info(
                 "policy weights v%d -> v%d from %s (%d restarted)", w.version, new, path, restarted
@@ -512,6 +534,7 @@ class Dispatcher:
             aborted_chunks=aborted,
             replicas=[self.replicas[i].replica_id for i in ok],
             failed_replicas=failed,
+            digest=self.weights.digest or "",
         )
 
     def _restart_partial(self) -> int:
@@ -833,7 +856,8 @@ class Dispatcher:
         try:
             assert path is not None
             await asyncio.wait_for(
-                self.links.update_weights(i, path, version), self.config.weight_update_timeout_s
+                self.links.update_weights(i, path, version, self.weights.digest),
+                self.config.weight_update_timeout_s,
             )
         except Exception as exc:  # noqa: BLE001 - it stays out of rotation; the next probe retries
             rep.error = f"loading weights v{version} failed: {exc!r}"

@@ -147,8 +147,8 @@ class EngineReplica:
     async def release_groups(self, group_ids: list[str]) -> int:
         return await self.engine.release_groups(group_ids)
 
-    async def update_weights(self, path: str, version: int) -> int:
-        return await self.engine.update_weights(path, version)
+    async def update_weights(self, path: str, version: int, digest: str | None = None) -> str:
+        return await self.engine.update_weights(path, version, digest)
 
     async def check_health(self) -> None:
         """Serve's periodic health check: a dead engine fails it, and Serve restarts us."""

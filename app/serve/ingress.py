@@ -485,6 +485,7 @@ class Ingress:
         abort_running: bool,
         authorization: str | None,
         field: str = "path",
+        sha256: str | None = None,
     ) -> WeightsUpdate:
         authorize(self._operator_token, authorization)
         root = self.config.weights_root
@@ -498,7 +499,9 @@ class Ingress:
                 )
         if not await asyncio.to_thread(os.path.isdir, real):
             raise _unprocessable([field], f"weights path {path!r} is not a directory")
-        update: WeightsUpdate = await self._call("update_weights", real, version, abort_running)
+        update: WeightsUpdate = await self._call(
+            "update_weights", real, version, abort_running, sha256
+        )
         return update
 
     @api.post("/v1/weights", response_model=WeightsUpdate)
@@ -508,7 +511,9 @@ class Ingress:
         """Load new policy weights into every engine replica between chunks (operator bearer
         token): dispatch pauses, running chunks finish (or are aborted), unfinished requests
         restart from their prompt under the new version, dispatch resumes."""
-        return await self._update_weights(req.path, req.version, req.abort_running, authorization)
+        return await self._update_weights(
+            req.path, req.version, req.abort_running, authorization, sha256=req.sha256
+        )
 
     @api.get("/v1/weights", response_model=WeightsState)
     async def weights(self) -> WeightsState:
@@ -524,7 +529,12 @@ class Ingress:
         "abort_all_requests"}`` -> ``{"success", "message", "num_paused_requests"}``."""
         try:
             update = await self._update_weights(
-                req.model_path, req.version(), req.abort_all_requests, authorization, "model_path"
+                req.model_path,
+                req.version(),
+                req.abort_all_requests,
+                authorization,
+                "model_path",
+                req.sha256,
             )
         except HTTPException as exc:
             detail = exc.detail

@@ -114,8 +114,10 @@ class ServeLinks:
     async def release_groups(self, replica: int, group_ids: list[str]) -> int:
         return int(await self._call(replica, "release_groups", group_ids))
 
-    async def update_weights(self, replica: int, path: str, version: int) -> int:
-        return int(await self._call(replica, "update_weights", path, version))
+    async def update_weights(
+        self, replica: int, path: str, version: int, digest: str | None
+    ) -> str:
+        return str(await self._call(replica, "update_weights", path, version, digest))
 
 
 class ServiceHealth(BaseModel):
@@ -197,9 +199,9 @@ class SeerScheduler:
 
     @refusing
     async def update_weights(
-        self, path: str, version: int | None, abort_running: bool
+        self, path: str, version: int | None, abort_running: bool, digest: str | None = None
     ) -> WeightsUpdate:
-        return await self.dispatcher.update_weights(path, version, abort_running)
+        return await self.dispatcher.update_weights(path, version, abort_running, digest)
 
     async def weights(self) -> WeightsState:
         return self.dispatcher.weights

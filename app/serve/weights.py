@@ -22,6 +22,11 @@ class WeightsState(BaseModel):
     path: str | None = Field(
         None, description="checkpoint directory of that version (None: the model it started with)"
     )
+    digest: str | None = Field(
+        None,
+        description="its checkpoint digest (app.weights_digest) as every replica verified it "
+        "(None: the model it started with)",
+    )
     updated_at: float | None = Field(None, description="Unix time of the last update")
     updating: bool = Field(False, description="an update is running (dispatch paused)")
 
@@ -48,6 +53,13 @@ class WeightsUpdateRequest(ClientRequest):
         description="abort the chunks in flight instead of letting them finish (their requests "
         "restart from the prompt under the new weights either way)",
     )
+    sha256: str | None = Field(
+        None,
+        pattern="^[0-9a-f]{64}$",
+        description="the checkpoint's digest as the trainer computed it "
+        "(app.weights_digest.checkpoint_digest): a replica that reads another loads nothing. "
+        "None: the replicas must agree with each other",
+    )
 
 
 class WeightsUpdate(BaseModel):
@@ -64,6 +76,7 @@ class WeightsUpdate(BaseModel):
     failed_replicas: dict[str, str] = Field(
         default_factory=dict, description="replica -> error; they left rotation"
     )
+    digest: str = Field(description="the checkpoint's digest every replica in it verified")
 
 
 class DiskWeightsRequest(ClientRequest):
@@ -77,6 +90,7 @@ class DiskWeightsRequest(ClientRequest):
         None, max_length=32, description="the new version as decimal digits (None: current + 1)"
     )
     abort_all_requests: bool = False
+    sha256: str | None = Field(None, pattern="^[0-9a-f]{64}$", description="see POST /v1/weights")
     flush_cache: bool = Field(True, description="the prefix cache is always flushed")
 
     @field_validator("weight_version")

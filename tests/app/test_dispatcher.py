@@ -47,6 +47,8 @@ class FakeLinks:
         self.down: set[int] = set()
         self.gone: set[int] = set()  # calls wait forever, as in Serve's router for a dead node
         self.released: list[list[str]] = [[] for _ in range(n)]
+        self.weight_loads: list[tuple[int, str, str | None]] = []  # (replica, path, digest)
+        self.misreads: set[int] = set()  # replicas that load other bytes than the rest
 
     async def start(self) -> None:
         for e in self.engines:
@@ -90,10 +92,15 @@ class FakeLinks:
         self.released[replica] += group_ids
         return await self.engines[replica].release_groups(group_ids)
 
-    async def update_weights(self, replica: int, path: str, version: int) -> int:
+    async def update_weights(
+        self, replica: int, path: str, version: int, digest: str | None
+    ) -> str:
         if replica in self.down:
             raise ReplicaUnavailable(f"replica-{replica} is restarting")
-        return await self.engines[replica].update_weights(path, version)
+        self.weight_loads.append((replica, path, digest))
+        if replica in self.misreads:  # this replica's storage shows it other files
+            return "0" * 64
+        return await self.engines[replica].update_weights(path, version, digest)
 
 
 def _config(**kw: Any) -> ServiceConfig:

@@ -122,3 +122,43 @@ def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: 
         assert d.weights.version == 2 and not d.weights.updating
 
     asyncio.run(_with(links, _config(), "divided", body))
+
+
+def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
+    """The trainer's digest: a replica that reads another checkpoint loads nothing (here both:
+    503, weights unchanged); with the right one every replica loads and a replica that restarts
+    later is synced against it. Without one, a replica that read other bytes than the rest
+    leaves rotation for good."""
+    import torch
+    from safetensors.torch import save_file
+
+    from app.weights_digest import checkpoint_digest
+
+    links = FakeLinks(n=3, step_s=0.001)
+    ckpt = tmp_path / "v1"
+    ckpt.mkdir()
+    save_file({"w": torch.ones(4)}, ckpt / "model.safetensors")
+    good = checkpoint_digest(ckpt)
+
+    async def body(d: Dispatcher) -> None:
+        with pytest.raises(JobError, match="not the expected") as refused:
+            await d.update_weights(str(ckpt), 1, digest="f" * 64)
+        assert refused.value.status == 503 and d.weights.version == 0
+        assert [e.weights_version for e in links.engines] == [0, 0, 0]  # nothing loaded
+        update = await d.update_weights(str(ckpt), 1, digest=good)
+        assert update.digest == good == d.weights.digest and len(update.replicas) == 3
+        links.engines[2].weights_version = 0  # it restarted: synced, and verified, again
+        await d.probe_all()
+        assert d.replicas[2].state is ReplicaState.STALE
+        for _ in range(200):
+            if d.replicas[2].state is ReplicaState.HEALTHY:
+                break
+            await asyncio.sleep(0.01)
+        assert links.weight_loads[-1] == (2, str(ckpt), good)
+        links.misreads.add(1)  # replica 1's storage shows it other bytes
+        update = await d.update_weights(str(ckpt), 2)
+        assert update.digest == good and sorted(update.replicas) == ["replica-0", "replica-2"]
+        assert "0000" in update.failed_replicas["replica-1"]
+        assert d.replicas[1].state is ReplicaState.FAILED
+
+    asyncio.run(_with(links, _config(), "divided", body))

@@ -398,6 +398,15 @@ def test_weight_update_reloads_every_replica_without_mixing_versions(
     greedy = {"temperature": 0.0}
     prompts = [[9, 10, 11, 12], [13, 14, 15]]
     old = _rollout(client, prompts=prompts, group_size=1, max_tokens=48, sampling=greedy).json()
+    auth = {"Authorization": "Bearer t0ken"}
+    from app.weights_digest import checkpoint_digest
+
+    digest = checkpoint_digest(ckpt)  # as the trainer computes it where it saved the weights
+    # a digest the checkpoint does not have (a partial write, another step): vLLM's workers
+    # verify before loading, so nothing changes
+    wrong = client.post("/v1/weights", json={"path": str(ckpt), "sha256": "0" * 64}, headers=auth)
+    assert wrong.status_code == 503 and "not the expected" in wrong.text, wrong.text
+    assert client.get("/v1/weights").json()["version"] == 0
     job = client.post(
         "/v1/rollouts",
         json={"prompts": prompts * 4, "group_size": 2, "max_tokens": 48, "sampling": greedy},
@@ -406,17 +415,17 @@ def test_weight_update_reloads_every_replica_without_mixing_versions(
     while client.get(f"/v1/rollouts/{job}").json()["progress"]["output_tokens"] < 16:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    auth = {"Authorization": "Bearer t0ken"}
     # verl runs each response as one chunk: abort them (they restart under the new weights)
-    body = {"path": str(ckpt), "abort_running": True}
+    body = {"path": str(ckpt), "abort_running": True, "sha256": digest}
     r = client.post("/v1/weights", json=body, headers=auth)
     assert r.status_code == 200, r.text
     update = r.json()
     assert update["version"] == 1 and sorted(update["replicas"]) == ["replica-0", "replica-1"]
-    assert update["aborted_chunks"] > 0
+    assert update["aborted_chunks"] > 0 and update["digest"] == digest
     assert client.get("/v1/weights").json() == {
         "version": 1,
         "path": str(ckpt),
+        "digest": digest,
         "updated_at": pytest.approx(time.time(), abs=120),
         "updating": False,
     }

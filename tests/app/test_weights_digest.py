@@ -1,0 +1,54 @@
+"""``checkpoint_digest``: equal for equal tensors however they are split into files, different
+for one changed byte, and a partial or foreign file is an error naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from app.weights_digest import checkpoint_digest
+
+TENSORS = {
+    "a.weight": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+    "b.bias": torch.ones(5, dtype=torch.bfloat16),
+    "c": torch.tensor([7], dtype=torch.int64),
+}
+
+
+def _save(d: Path, files: list[list[str]], tensors: dict[str, torch.Tensor] = TENSORS) -> Path:
+    d.mkdir()
+    for k, names in enumerate(files):
+        save_file({n: tensors[n] for n in names}, d / f"model-{k}.safetensors")
+    return d
+
+
+def test_the_digest_is_of_the_tensors_not_of_the_files(tmp_path: Path) -> None:
+    one = _save(tmp_path / "one", [["a.weight", "b.bias", "c"]])
+    two = _save(tmp_path / "two", [["c", "a.weight"], ["b.bias"]])
+    assert checkpoint_digest(one) == checkpoint_digest(two)
+    assert len(checkpoint_digest(one)) == 64
+
+
+def test_one_changed_value_dtype_or_name_changes_it(tmp_path: Path) -> None:
+    base = checkpoint_digest(_save(tmp_path / "base", [list(TENSORS)]))
+    changed = dict(TENSORS, c=torch.tensor([8], dtype=torch.int64))
+    as_int32 = dict(TENSORS, c=torch.tensor([7], dtype=torch.int32))
+    renamed = {("d" if k == "c" else k): v for k, v in TENSORS.items()}
+    for i, t in enumerate((changed, as_int32, renamed)):
+        d = _save(tmp_path / f"v{i}", [list(t)], t)
+        assert checkpoint_digest(d) != base
+
+
+def test_a_partial_write_or_a_foreign_file_is_an_error(tmp_path: Path) -> None:
+    d = _save(tmp_path / "cut", [list(TENSORS)])
+    f = d / "model-0.safetensors"
+    f.write_bytes(f.read_bytes()[:-3])
+    with pytest.raises(ValueError, match="cut short"):
+        checkpoint_digest(d)
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "x.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
+    with pytest.raises(ValueError, match="x.safetensors: not a safetensors file"):
+        checkpoint_digest(tmp_path / "junk")
