@@ -446,3 +446,42 @@ def test_weight_update_reloads_every_replica_without_mixing_versions(
             versions.add(v)
             assert resp["token_ids"] == expect[v][g["prompt_index"] % 2], (v, g["prompt_index"])
     assert 1 in versions
+    _a_restarted_replica_rejoins_on_the_new_weights(client, prompts, expect[1])
+
+
+def _a_restarted_replica_rejoins_on_the_new_weights(
+    client: httpx.Client, prompts: list[list[int]], new_greedy: list[list[int]]
+) -> None:
+    """After the update, one vLLM replica is killed: Serve restarts it on the model it was
+    deployed with (v0), so it is 'stale' until it has loaded (and verified) v1, and then its
+    greedy answers are v1's, like the replica that never restarted."""
+    import time
+
+    import ray
+
+    [name] = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if "#engine-1#" in a["name"]
+    ]
+    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=False)
+    states: list[str] = []
+    deadline = time.monotonic() + 300  # a vLLM engine restarts in about a minute here
+    while not states or states[-1] != "healthy":
+        assert time.monotonic() < deadline, states
+        rep = client.get("/healthz").json()["replicas"][1]
+        if rep["state"] == "healthy" and rep["load"] is not None:
+            assert rep["load"]["weights_version"] == 1, rep  # never back on v0
+        if not states or states[-1] != rep["state"]:
+            states.append(rep["state"])
+        time.sleep(0.5)
+    assert "stale" in states or "down" in states, states
+    out = _rollout(
+        client, prompts=prompts * 4, group_size=2, max_tokens=48, sampling={"temperature": 0.0}
+    ).json()
+    served = {r for g in out["groups"] for resp in g["responses"] for r in resp["replicas"]}
+    assert "replica-1" in served, served
+    for g in out["groups"]:
+        for resp in g["responses"]:
+            assert resp["policy_version"] == 1
+            assert resp["token_ids"] == new_greedy[g["prompt_index"] % 2], resp["replicas"]
