@@ -62,6 +62,7 @@ from app.serve.operator import (
 )
 from app.serve.scheduler import JobOutcome, ServiceHealth
 from app.serve.speculation import SpeculationState
+from app.serve.strict_json import StrictJSONRoute
 from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
 from core.drafting.step_drafter import DraftSettings
 
@@ -73,6 +74,7 @@ api = FastAPI(
     description="Grouped rollouts for synchronous LLM RL (Seer). Jobs: POST /v1/rollouts.",
     docs_url=None,  # served below from local assets: the default loads them from a CDN
 )
+api.router.route_class = StrictJSONRoute  # before any route: a key twice in a body is a 422
 api.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
 _DEFAULT_LIMITS = ServiceLimits()
 api.state.body_limits = (_DEFAULT_LIMITS.max_body_bytes, _DEFAULT_LIMITS.body_read_timeout_s)

@@ -369,6 +369,13 @@ def test_text_that_is_not_unicode_is_422_naming_the_field(
     r.content.decode("utf-8")  # the answer itself is valid UTF-8
 
 
+def test_a_key_sent_twice_is_422(client: httpx.Client) -> None:
+    """Duplicate keys silently took the last value (max_tokens 4 read as 400)."""
+    raw = '{"prompts":["a"],"group_size":1,"max_tokens":4,"max_tokens":400}'
+    r = client.post("/v1/rollouts", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "'max_tokens' appears twice" in r.text, r.text
+
+
 def test_a_non_ascii_bearer_token_is_refused_not_a_500(client: httpx.Client) -> None:
     body = {"settings": {"max_draft": 4}}
     for sent in ("Bearer t\u00f6ken".encode(), "Bearer t0ken\u00e9".encode("latin-1")):
