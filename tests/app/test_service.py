@@ -152,17 +152,22 @@ def test_only_the_submitter_or_the_operator_may_cancel_a_job(client: httpx.Clien
     job's token or a wrong one 403, and the job runs on."""
     mine = _submit(client, prompts=["x"], group_size=2, max_tokens=300)
     theirs = _submit(client, prompts=["y"], group_size=2, max_tokens=300)
-    assert mine["cancel_token"] != theirs["cancel_token"] and len(mine["cancel_token"]) >= 32
-    url = f"/v1/rollouts/{mine['id']}"
-    r = client.delete(url)
-    assert r.status_code == 401 and "cancel_token" in r.json()["detail"], r.text
-    for wrong in (_owner(theirs), {"Authorization": "Bearer guess"}, {"Authorization": "t0ken"}):
-        r = client.delete(url, headers=wrong)
-        assert r.status_code == 403, r.text
-    assert client.get(url).json()["state"] in ("queued", "running")
-    assert client.delete(url, headers=_owner(mine)).json()["state"] == "cancelled"
-    r = client.delete(f"/v1/rollouts/{theirs['id']}", headers=OPERATOR)
-    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    try:
+        assert mine["cancel_token"] != theirs["cancel_token"] and len(mine["cancel_token"]) >= 32
+        url = f"/v1/rollouts/{mine['id']}"
+        for none in ({}, {"Authorization": "t0ken"}, {"Authorization": "Basic x"}):
+            r = client.delete(url, headers=none)  # no bearer token at all
+            assert r.status_code == 401 and "cancel_token" in r.json()["detail"], r.text
+        for wrong in (_owner(theirs), {"Authorization": "Bearer guess"}):
+            r = client.delete(url, headers=wrong)
+            assert r.status_code == 403, r.text
+        assert client.get(url).json()["state"] in ("queued", "running")
+        assert client.delete(url, headers=_owner(mine)).json()["state"] == "cancelled"
+        r = client.delete(f"/v1/rollouts/{theirs['id']}", headers=OPERATOR)
+        assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    finally:  # never leave them running into the next test's limits
+        for job in (mine, theirs):
+            client.delete(f"/v1/rollouts/{job['id']}", headers=OPERATOR)
     abort_all = client.post("/abort_request", json={"abort_all": True})
     assert abort_all.status_code == 401, abort_all.text
     wrong_all = client.post("/abort_request", json={"abort_all": True}, headers=_owner(mine))

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from app.client import SeerClient
-from app.config import ServiceConfig
+from app.engines.config import EngineConfig
 from tests.app.test_service import APP
 from tests.conftest import deploy, undeploy
 
@@ -48,7 +48,7 @@ def _generate(client: httpx.Client, **body: Any) -> Any:
 def test_openai_client_gets_groups_with_token_ids_and_logprobs(url: str) -> None:
     oa = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     [model] = oa.models.list().data  # what OpenAI clients ask first
-    assert model.id == ServiceConfig.model_validate(APP).engine.model and model.created > 0
+    assert model.id == EngineConfig.model_validate(APP["engine"]).model and model.created > 0
     out = oa.completions.create(
         model="anything",
         prompt=[[70, 71, 72], [80, 81]],
