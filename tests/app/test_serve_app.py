@@ -367,6 +367,116 @@ def test_client_disconnect_aborts_running_chunks(client: httpx.Client, serve_url
         time.sleep(0.5)
 
 
+def test_openai_client_on_vllm_gets_groups_with_ids_and_logprobs(serve_url: str) -> None:
+    """The trainer endpoints on real engines: the official openai client lists the model and
+    gets n choices per prompt, each with vLLM's token ids and one logprob per token."""
+    import openai
+
+    oa = openai.OpenAI(base_url=f"{serve_url}/v1", api_key="unused", max_retries=0)
+    [model] = oa.models.list().data
+    assert Path(model.id).name == "tiny-llama"
+    out = oa.completions.create(
+        model=model.id,
+        prompt=[[9, 10, 11], [12, 13]],
+        n=2,
+        max_tokens=12,
+        logprobs=1,
+        seed=5,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
+    assert [c.index for c in out.choices] == [0, 1, 2, 3]
+    for c in out.choices:
+        ids = (c.model_extra or {})["token_ids"]
+        assert len(ids) == 12 and c.finish_reason == "length"  # the tiny model never stops
+        assert c.logprobs is not None and len(c.logprobs.token_logprobs or []) == 12
+        assert all(lp is not None and lp <= 0 for lp in c.logprobs.token_logprobs or [])
+    assert out.usage is not None and out.usage.completion_tokens == 48
+
+
+def test_generate_aborted_by_rid_on_vllm_answers_its_partial_samples(
+    client: httpx.Client, serve_url: str, use_policy: Any
+) -> None:
+    """SGLang's abort on real engines: a /generate call aborted by its rid answers at once with
+    what its completed chunks produced (finish reason abort, one logprob per token), and the
+    replicas stop generating for it; abort_all needs the operator token."""
+    use_policy("divided")  # chunks of 8 tokens: an aborted call has whole chunks to return
+    answers: list[httpx.Response] = []
+    body = {
+        "input_ids": [9, 10, 11],
+        "rid": "abort-me-1",
+        "return_logprob": True,
+        "sampling_params": {"max_new_tokens": 400, "n": 4, "sampling_seed": 2},
+    }
+    call = threading.Thread(target=lambda: answers.append(client.post("/generate", json=body)))
+    call.start()
+    deadline = time.monotonic() + 120
+    while True:
+        st = client.get("/v1/rollouts/abort-me-1")
+        if st.status_code == 200 and st.json()["progress"]["output_tokens"] >= 16:
+            break
+        assert time.monotonic() < deadline, st.text
+        time.sleep(0.2)
+    assert client.post("/abort_request", json={"abort_all": True}).status_code == 401
+    assert client.post("/abort_request", json={"rid": "abort-me-1"}).json() == {
+        "aborted": ["abort-me-1"]
+    }
+    call.join(60)
+    [r] = answers
+    assert r.status_code == 200, r.text
+    samples = r.json()
+    assert len(samples) == 4 and sum(len(s["output_ids"]) for s in samples) >= 16
+    for s in samples:
+        meta = s["meta_info"]
+        assert meta["finish_reason"]["type"] == "abort"
+        assert len(s["output_ids"]) < 400
+        assert [t for _, t, _ in meta["output_token_logprobs"]] == s["output_ids"]
+    deadline = time.monotonic() + 30
+    while any(rep["load"]["chunks_in_flight"] for rep in client.get("/healthz").json()["replicas"]):
+        assert time.monotonic() < deadline, "chunks of the aborted call still running"
+        time.sleep(0.5)
+
+
+def test_a_vllm_replica_killed_mid_rollout_loses_nothing(
+    client: httpx.Client, use_policy: Any
+) -> None:
+    """SIGKILL of a vLLM engine replica's actor while its chunks run: they continue on the
+    other replica from the tokens already returned; every response arrives once, whole, with a
+    logprob per token; the killed replica comes back (Serve restarts it) before the next test."""
+    import ray
+
+    use_policy("divided")
+    result: list[httpx.Response] = []
+    body = {"prompts": [[9, 10, 11]] * 6, "group_size": 4, "max_tokens": 120, "wait": True}
+    body["sampling"] = {"temperature": 1.0, "seed": 4}
+    rollout = threading.Thread(target=lambda: result.append(client.post("/v1/rollouts", json=body)))
+    rollout.start()
+    deadline = time.monotonic() + 120
+    while not client.get("/healthz").json()["replicas"][1]["load"]["chunks_in_flight"]:
+        assert time.monotonic() < deadline and rollout.is_alive()
+        time.sleep(0.1)
+    [name] = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if "#engine-1#" in a["name"]
+    ]
+    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=False)
+    rollout.join(300)
+    [r] = result
+    assert r.status_code == 200, r.text
+    groups = r.json()["groups"]
+    assert [g["prompt_index"] for g in groups] == list(range(6))
+    for g in groups:
+        assert sorted(resp["index"] for resp in g["responses"]) == [0, 1, 2, 3]
+        for resp in g["responses"]:
+            assert resp["length"] == len(resp["token_ids"]) == len(resp["logprobs"]) == 120
+    lost = [ln for ln in client.get("/metrics").text.splitlines() if "chunks_lost_total{" in ln]
+    assert any('replica="replica-1"' in ln and float(ln.split()[-1]) >= 1 for ln in lost), lost
+    deadline = time.monotonic() + 300  # back in rotation for the tests after this one
+    while client.get("/healthz").json()["replicas"][1]["state"] != "healthy":
+        assert time.monotonic() < deadline
+        time.sleep(1)
+
+
 def _perturbed_copy(model: Path, out: Path) -> Path:
     """The model's checkpoint with noise added to every weight (a 'trained' policy)."""
     import shutil
