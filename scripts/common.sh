@@ -52,6 +52,26 @@ ensure_models() {
   "$VENV/bin/seer" prepare-model
 }
 
+# apt_install PKG WHAT: Debian's PKG (root, or passwordless sudo), for WHAT; its log in .run/.
+# Retries once after `apt-get update`. Returns 1, saying so, when it cannot.
+apt_install() {
+  local pkg=$1 what=$2 sudo=""
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "no apt-get to install $pkg: the $what will say what is missing"; return 1
+  fi
+  [[ "$(id -u)" == 0 ]] || sudo="sudo -n"
+  local t0=$SECONDS log="$ROOT/.run/apt-$pkg.log"
+  mkdir -p "$ROOT/.run"
+  say "installing Debian $pkg for the $what (~1 min; log: $log) ..."
+  if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      "$pkg" >"$log" 2>&1; then
+    $sudo apt-get update >>"$log" 2>&1 || true
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      "$pkg" >>"$log" 2>&1 || { say "apt-get install $pkg failed; see $log"; return 1; }
+  fi
+  say "$pkg installed in $((SECONDS - t0)) s"
+}
+
 # ensure_postgres: PostgreSQL server binaries for the store's Postgres tests, which start their
 # own throwaway servers (tests/app/store/conftest.py). Debian's package, with no cluster of its
 # own: createcluster.conf is told not to make (and start) the default "main" one.
@@ -59,23 +79,12 @@ ensure_postgres() {
   if command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
     return
   fi
-  if ! command -v apt-get >/dev/null 2>&1; then
-    say "no PostgreSQL server binaries and no apt-get: the Postgres store tests will say so"; return
-  fi
   local sudo=""
   [[ "$(id -u)" == 0 ]] || sudo="sudo -n"
-  local t0=$SECONDS log="$ROOT/.run/apt-postgresql.log"
-  mkdir -p "$ROOT/.run"
-  say "installing Debian postgresql for the store tests (~1 min; log: $log) ..."
-  $sudo mkdir -p /etc/postgresql-common/createcluster.d
-  echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.d/seer.conf >/dev/null
-  if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      postgresql >"$log" 2>&1; then
-    $sudo apt-get update >>"$log" 2>&1 || true
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      postgresql >>"$log" 2>&1 || { say "apt-get install postgresql failed; see $log"; return; }
-  fi
-  say "postgresql installed in $((SECONDS - t0)) s"
+  $sudo mkdir -p /etc/postgresql-common/createcluster.d 2>/dev/null &&
+    echo "create_main_cluster = false" |
+    $sudo tee /etc/postgresql-common/createcluster.d/seer.conf >/dev/null
+  apt_install postgresql "Postgres store tests" || true
 }
 
 # ensure_chromium: Debian's chromium for the dashboard's browser test (Python playwright drives
@@ -83,19 +92,7 @@ ensure_postgres() {
 CHROMIUM="${SEER_CHROMIUM:-/usr/bin/chromium}"
 ensure_chromium() {
   if [[ -x "$CHROMIUM" ]]; then return; fi
-  if ! command -v apt-get >/dev/null 2>&1; then
-    say "no $CHROMIUM and no apt-get: the dashboard browser test will say so"; return
-  fi
-  local sudo=""
-  [[ "$(id -u)" == 0 ]] || sudo="sudo -n"
-  local t0=$SECONDS log="$ROOT/.run/apt-chromium.log"
-  mkdir -p "$ROOT/.run"
-  say "installing Debian chromium for the dashboard browser test (~1 min; log: $log) ..."
-  if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      chromium >"$log" 2>&1; then
-    $sudo apt-get update >>"$log" 2>&1 || true
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      chromium >>"$log" 2>&1 || { say "apt-get install chromium failed; see $log"; return; }
-  fi
-  say "chromium installed in $((SECONDS - t0)) s ($("$CHROMIUM" --version 2>/dev/null || true))"
+  apt_install chromium "dashboard browser test" &&
+    say "$("$CHROMIUM" --version 2>/dev/null || true)"
+  return 0
 }

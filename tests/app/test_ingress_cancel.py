@@ -10,8 +10,8 @@ import asyncio
 from typing import Any
 
 from app.config import ServiceConfig
-from app.serve.ingress import Ingress
 from app.serve.jobs import JobError
+from tests.app.bare_ingress import bare_ingress
 
 
 class Method:
@@ -41,7 +41,7 @@ class Scheduler:
 
 
 def _ingress(submit_fails: bool = False) -> tuple[Any, Scheduler, asyncio.Event, asyncio.Event]:
-    ingress = _bare_ingress()
+    ingress = bare_ingress()
     ingress.config = ServiceConfig().model_copy(update={"replica_call_timeout_s": 2.0})
     ingress.scheduler = scheduler = Scheduler()
     ingress._background = set()
@@ -97,15 +97,3 @@ def test_a_failed_submission_cancels_nothing() -> None:
         assert not ingress._background and scheduler.cancelled == []
 
     asyncio.run(main())
-
-
-def _bare_ingress() -> Any:
-    """An Ingress without Serve or ``__init__`` (its Serve wrapper's async ``__del__`` would warn
-    when such an instance is collected: quieted here)."""
-    base: Any = Ingress.func_or_class  # the class under Serve's decorator
-
-    class Bare(base):  # type: ignore[misc, valid-type]
-        def __del__(self) -> None:
-            pass
-
-    return Bare.__new__(Bare)

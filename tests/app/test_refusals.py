@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from fastapi import HTTPException
 
-from app.serve.ingress import Ingress
 from app.serve.jobs import JobError, Refusal
 from app.serve.scheduler import refusing
+from tests.app.bare_ingress import bare_ingress
 
 
 def test_a_job_error_comes_back_as_a_refusal_logged_at_info(
@@ -47,21 +47,9 @@ def test_the_ingress_answers_a_refusal_as_its_http_error() -> None:
     class Scheduler:
         status = Method()
 
-    ingress = _bare_ingress()
+    ingress = bare_ingress()
     ingress.scheduler = Scheduler()
     with pytest.raises(HTTPException) as exc:
         asyncio.run(ingress._call("status", "j"))
     assert exc.value.status_code == 429 and exc.value.detail == "too many"
     assert exc.value.headers == {"Retry-After": "3"}
-
-
-def _bare_ingress() -> Any:
-    """An Ingress without Serve or ``__init__`` (its Serve wrapper's async ``__del__`` would warn
-    when such an instance is collected: quieted here)."""
-    base: Any = Ingress.func_or_class  # the class under Serve's decorator
-
-    class Bare(base):  # type: ignore[misc, valid-type]
-        def __del__(self) -> None:
-            pass
-
-    return Bare.__new__(Bare)
