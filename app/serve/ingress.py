@@ -207,7 +207,11 @@ class Ingress:
         )
         return state
 
-    @api.get("/metrics")
+    @api.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text"}},
+    )
     async def metrics(self) -> Response:
         """Prometheus text format."""
         body: bytes = await self._call("metrics")

@@ -307,7 +307,11 @@ def test_docs_are_served_without_a_cdn(client: httpx.Client) -> None:
     page = client.get("/docs").text
     assert "cdn." not in page and "/static/swagger/swagger-ui-bundle.js" in page
     assert client.get("/static/swagger/swagger-ui-bundle.js").status_code == 200
-    assert client.get("/openapi.json").json()["paths"]["/v1/rollouts/{job_id}/groups"]
+    paths = client.get("/openapi.json").json()["paths"]
+    assert paths["/v1/rollouts/{job_id}/groups"]
+    # /metrics is documented as what it answers: Prometheus text, not JSON
+    metrics = paths["/metrics"]["get"]["responses"]["200"]["content"]
+    assert list(metrics) == [client.get("/metrics").headers["content-type"]]
 
 
 @pytest.mark.parametrize(
