@@ -30,16 +30,17 @@ import hmac
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from app.api import GroupResult, JobState, JobStatus
 from app.config import ServiceConfig
 from app.rollout import JobPlan, RequestRun, assemble_group
+from app.serve.detached import detached
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
 from app.serve.speculation import SharedDrafts, SpeculationControl, SpeculationState
@@ -513,6 +514,10 @@ class Dispatcher:
                     failed[self.replicas[i].replica_id] = why
                     self._set_state(i, ReplicaState.FAILED, why)
             ok = [i for i in ok if read[i] == agreed]
+            for i in ok:  # what they run now; /healthz shows it before their next probe
+                rep = self.replicas[i]
+                if rep.load is not None:
+                    rep.load = rep.load.model_copy(update={"weights_version": new})
             await self.speculation.reset_shared()
             self.weights = WeightsState(version=new, path=path, digest=agreed, updated_at=t_loaded)
             self.scheduler.set_policy_version(new)
@@ -744,8 +749,10 @@ class Dispatcher:
                 )
 
     # ------------------------------------------------------------------ replicas
-    def _spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
-        task = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """Run ``coro`` beside the loop, in no request's context: an abort spawned while the
+        scheduler serves a request (a cancel) must outlive that request (``app.serve.detached``)."""
+        task = detached(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

@@ -48,6 +48,7 @@ from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
 from app.serve.body_limits import BodyLimits
+from app.serve.detached import detached
 from app.serve.jobs import JobError, Refusal
 from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import (
@@ -302,7 +303,8 @@ class Ingress:
         exists) the cancel goes to the scheduler, and a cancel that is slow to answer is not
         withdrawn. A submission that failed cancels nothing (the id may be another's job)."""
         job_id = job_id or uuid.uuid4().hex[:12]
-        submit = asyncio.ensure_future(self._submit(req, job_id))
+        # detached: the request's cancellation must not cancel the submission under way
+        submit = detached(self._submit(req, job_id))
         try:
             await asyncio.shield(submit)
             outcome: JobOutcome = await self._call("wait", job_id, partial)
@@ -312,8 +314,9 @@ class Ingress:
         return job_id, outcome
 
     def _detach(self, work: Any) -> None:
-        """Keep ``work`` (a coroutine or future) running, and referenced, after its caller."""
-        task = asyncio.ensure_future(work)
+        """Keep ``work`` (a coroutine, or a future) running, and referenced, after its caller;
+        a coroutine runs in no request's context (``app.serve.detached``)."""
+        task = detached(work) if asyncio.iscoroutine(work) else asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(_retrieve)
@@ -330,7 +333,9 @@ class Ingress:
         done, _ = await asyncio.wait([cancel], timeout=bound)
         if not done:
             log.warning("cancel of %s not answered within %gs (still on its way)", job_id, bound)
-        elif not cancel.cancelled() and cancel.exception() is not None:
+        elif cancel.cancelled():
+            log.warning("cancel of %s was itself cancelled; the job runs on", job_id)
+        elif cancel.exception() is not None:
             log.warning("cancel of %s failed: %r", job_id, cancel.exception())
         elif isinstance(cancel.result(), Refusal):
             log.info("cancel of %s refused: %s", job_id, cancel.result().message)

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import ray._raylet
 
 from app.api import JobState, RolloutRequest
 from app.config import SERVICE_POLICIES, ServiceConfig, ServiceLimits
@@ -43,6 +44,7 @@ class FakeLinks:
         self.running = [0] * n
         self.peak_running = [0] * n
         self.aborts: list[str] = []
+        self.abort_parents: list[object] = []
         self.fail: Callable[[int, ChunkRequest], bool] = lambda i, c: False
         self.down: set[int] = set()
         self.gone: set[int] = set()  # calls wait forever, as in Serve's router for a dead node
@@ -74,6 +76,7 @@ class FakeLinks:
 
     async def abort(self, replica: int, request_id: str, generated: int) -> bool:
         self.aborts.append(request_id)
+        self.abort_parents.append(ray._raylet.async_task_id.get())  # see app.serve.detached
         return await self.engines[replica].abort(request_id)
 
     async def load(self, replica: int) -> EngineLoad:
@@ -360,11 +363,15 @@ def test_cancel_aborts_running_chunks_and_frees_capacity_for_others() -> None:
         d.submit(_plan("big", prompts=4, g=8, max_tokens=400))
         await asyncio.sleep(0.05)
         assert d.scheduler.num_running > 0
+        # cancelled while serving a request (Ray names it in this context var): the aborts must
+        # be no child of that request, or cancelling it would cancel them too
+        ray._raylet.async_task_id.set("the cancel request's task")
         status = d.cancel("big")
         assert status.state is JobState.CANCELLED
         d.submit(_plan("small", prompts=1, g=2, max_tokens=8))
         assert (await d.wait("small")).state is JobState.DONE
         assert links.aborts  # running chunks were aborted on their replicas
+        assert set(links.abort_parents) == {None}
         await asyncio.sleep(0.05)
         assert all(e.load().chunks_in_flight == 0 for e in links.engines)
         assert d.scheduler.num_groups == 0 and d.scheduler.num_running == 0

@@ -147,6 +147,7 @@ def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
         assert [e.weights_version for e in links.engines] == [0, 0, 0]  # nothing loaded
         update = await d.update_weights(str(ckpt), 1, digest=good)
         assert update.digest == good == d.weights.digest and len(update.replicas) == 3
+        assert {h.load.weights_version for h in d.health() if h.load} == {1}  # before a probe
         links.engines[2].weights_version = 0  # it restarted: synced, and verified, again
         await d.probe_all()
         assert d.replicas[2].state is ReplicaState.STALE

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import ray._raylet
+
 from app.config import ServiceConfig
 from app.serve.jobs import JobError
 from tests.app.bare_ingress import bare_ingress
@@ -17,8 +19,12 @@ from tests.app.bare_ingress import bare_ingress
 class Method:
     def __init__(self, run: Any) -> None:
         self.run = run
+        self.parents: list[Any] = []
 
     def remote(self, *args: Any) -> Any:
+        # Ray takes a call's parent (what a recursive cancel follows) from this context var
+        # when the call is made
+        self.parents.append(ray._raylet.async_task_id.get())
         return self.run(*args)
 
 
@@ -45,9 +51,11 @@ def _ingress(submit_fails: bool = False) -> tuple[Any, Scheduler, asyncio.Event,
     ingress.config = ServiceConfig().model_copy(update={"replica_call_timeout_s": 2.0})
     ingress.scheduler = scheduler = Scheduler()
     ingress._background = set()
+    ingress.submit_parents = []
     started, release = asyncio.Event(), asyncio.Event()
 
     async def submit(req: Any, job_id: str) -> str:
+        ingress.submit_parents.append(ray._raylet.async_task_id.get())
         started.set()
         await release.wait()
         if submit_fails:
@@ -95,5 +103,26 @@ def test_a_failed_submission_cancels_nothing() -> None:
         release.set()
         await asyncio.sleep(0.1)
         assert not ingress._background and scheduler.cancelled == []
+
+    asyncio.run(main())
+
+
+def test_the_submission_and_the_cancel_are_no_child_of_the_cancelled_request() -> None:
+    """Ray cancels a cancelled request's calls recursively, following the context variable that
+    names the calling task. In CI the cancel of a disconnected caller's job was made from the
+    request's context and was cancelled with it ("Cancelling request that has already been
+    assigned", then no job cancelled in the scheduler): the job ran to its end. Both the
+    submission and the cancel now run in no request's context."""
+
+    async def main() -> None:
+        ingress, scheduler, started, release = _ingress()
+        ray._raylet.async_task_id.set("the HTTP request's task")  # as Ray sets it for a request
+        call = asyncio.ensure_future(ingress._run(None, "job-3"))  # copies that context
+        await asyncio.wait_for(started.wait(), 5)
+        call.cancel()
+        release.set()
+        await asyncio.wait_for(scheduler.cancel_seen.wait(), 5)
+        assert ingress.submit_parents == [None]
+        assert scheduler.cancel.parents == [None]
 
     asyncio.run(main())

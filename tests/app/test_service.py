@@ -241,6 +241,24 @@ def test_a_refusal_is_one_info_line_not_an_error_traceback(client: httpx.Client)
     assert failed == [], failed
 
 
+def test_a_caller_that_disconnects_cancels_its_job(client: httpx.Client, url: str) -> None:
+    """A "wait": true caller that goes away: its job is cancelled, not left running. The cancel
+    is sent from no request's context: a call made from the cancelled HTTP request's context was
+    itself cancelled by Ray (recursively), and the job ran to its end (seen in CI and here)."""
+    cancelled = 'seer_jobs_finished_total{state="cancelled"}'
+    before = _sample(client.get("/metrics").text, cancelled)
+    body = {"prompts": ["x"] * 16, "group_size": 4, "max_tokens": 400, "wait": True}
+    try:
+        r = httpx.post(f"{url}/v1/rollouts", json=body, timeout=1.5)
+        pytest.fail(f"answered before the caller left: {r.status_code} {r.text[:300]}")
+    except httpx.TimeoutException:
+        pass
+    deadline = time.monotonic() + 60
+    while _sample(client.get("/metrics").text, cancelled) <= before or _in_flight(client):
+        assert time.monotonic() < deadline, client.get("/metrics").text
+        time.sleep(0.2)
+
+
 def test_over_the_job_limit_is_429_with_retry_after(client: httpx.Client) -> None:
     jobs = [_submit(client, prompts=["x"] * 4, group_size=4, max_tokens=300) for _ in range(3)]
     r = client.post("/v1/rollouts", json={"prompts": ["x"], "group_size": 1, "max_tokens": 4})
