@@ -99,7 +99,7 @@ say "sending a demo rollout (8 prompts x G=4 x 64 tokens) ..."
 cat <<MSG
 
   Rollout API   POST $URL/v1/rollouts      (202 + job URLs; "wait": true for one call)
-                GET  $URL/v1/rollouts/ID   status, GET .../groups NDJSON, DELETE cancels
+                GET  $URL/v1/rollouts/ID   status, GET .../groups NDJSON, DELETE (Bearer cancel_token) cancels
   API docs      $URL/docs
   Health        GET  $URL/healthz          Metrics  GET $URL/metrics
   Dashboard     $DASH_URL   (Now, Speculation, History, Tuning; docs/dashboard.md)
