@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from ray import serve
 from swagger_ui_bundle import swagger_ui_path
 
@@ -95,7 +95,41 @@ async def _docs(request: Request) -> HTMLResponse:
 
 
 def _unprocessable(field: list[str | int], msg: str) -> HTTPException:
-    return HTTPException(status_code=422, detail=[{"loc": ["body", *field], "msg": msg}])
+    err = {"loc": ["body", *field], "msg": msg, "type": "value_error"}  # FastAPI's 422 shape
+    return HTTPException(status_code=422, detail=[err])
+
+
+class ErrorBody(BaseModel):
+    """Every error the service answers (but 422: FastAPI's ``HTTPValidationError``)."""
+
+    detail: str = Field(description="what was refused and why, naming the value")
+
+
+_ERROR_TEXT = {
+    401: "no bearer token (Authorization: Bearer <token>)",
+    403: "a token that may not do this",
+    404: "no such job (unknown, or expired after job_ttl_s)",
+    408: "the request body stopped arriving (limits.body_read_timeout_s)",
+    409: "conflicts with the service's state (an existing id, a version that does not grow)",
+    413: "request body over limits.max_body_bytes",
+    429: "the service is at an open-work limit: retry after Retry-After seconds",
+    503: "unavailable (shutting down, no replica, or the job failed)",
+    504: "past request_timeout_s or weight_update_timeout_s",
+}
+
+
+def _errors(*codes: int, body: bool = True) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` of a route that answers ``codes`` (documented in /openapi.json);
+    ``body=False``: the route answers its errors in a shape of its own."""
+    return {
+        c: {"model": ErrorBody, "description": _ERROR_TEXT[c]}
+        if body
+        else {"description": _ERROR_TEXT[c]}
+        for c in codes
+    }
+
+
+_BODY_ERRORS = (408, 413)  # any route with a body (app.serve.body_limits)
 
 
 def _json_safe(value: Any) -> Any:
@@ -169,7 +203,7 @@ class Ingress:
         return result
 
     # ------------------------------------------------------------------ health, metrics
-    @api.get("/healthz", response_model=ServiceHealth)
+    @api.get("/healthz", response_model=ServiceHealth, responses=_errors(503))
     async def healthz(self) -> JSONResponse:
         """Every replica's state and load, answered from the scheduler's last probes (at once;
         503 while no replica is in rotation)."""
@@ -190,7 +224,11 @@ class Ingress:
         state: SpeculationState = await self._call("speculation")
         return state
 
-    @api.put("/v1/speculation", response_model=SpeculationState)
+    @api.put(
+        "/v1/speculation",
+        response_model=SpeculationState,
+        responses=_errors(401, 403, *_BODY_ERRORS),
+    )
     async def put_speculation(
         self,
         update: SpeculationUpdate,
@@ -350,7 +388,11 @@ class Ingress:
         "/v1/rollouts",
         status_code=202,
         response_model=JobAccepted | RolloutResponse,
-        responses={200: {"model": RolloutResponse}, 202: {"model": JobAccepted}},
+        responses={
+            200: {"model": RolloutResponse},
+            202: {"model": JobAccepted},
+            **_errors(409, 429, 503, 504, *_BODY_ERRORS),
+        },
     )
     async def rollouts(self, req: RolloutRequest, request: Request) -> Any:
         """Start a rollout job: 202 with its URLs, or (``"wait": true``) 200 with every group
@@ -380,7 +422,7 @@ class Ingress:
         )
         return JSONResponse(status_code=200, content=done.model_dump(mode="json"))
 
-    @api.get("/v1/rollouts/{job_id}", response_model=JobStatus)
+    @api.get("/v1/rollouts/{job_id}", response_model=JobStatus, responses=_errors(404))
     async def job_status(self, job_id: str) -> JobStatus:
         """State and progress (groups and requests done, tokens, elapsed, estimated remaining)."""
         status: JobStatus = await self._call("status", job_id)
@@ -389,7 +431,7 @@ class Ingress:
     @api.delete(
         "/v1/rollouts/{job_id}",
         response_model=JobStatus,
-        responses={401: {"description": "no token"}, 403: {"description": "not this job's"}},
+        responses=_errors(401, 403, 404),
     )
     async def cancel(self, job_id: str, authorization: str | None = Header(None)) -> JobStatus:
         """Cancel: the job's chunks are aborted on the engines and stop using capacity. Needs
@@ -411,7 +453,7 @@ class Ingress:
 
     @api.get(
         "/v1/rollouts/{job_id}/groups",
-        responses={200: {"content": {"application/x-ndjson": {}}}},
+        responses={200: {"content": {"application/x-ndjson": {}}}, **_errors(404)},
     )
     async def groups(self, job_id: str) -> StreamingResponse:
         """NDJSON: one GroupResult per line in completion order, ending when the job ends
@@ -441,7 +483,11 @@ class Ingress:
         """OpenAI's model list: the model this service runs (clients call it first)."""
         return ModelList(data=[ModelCard(id=self.config.engine.model, created=self._started)])
 
-    @api.post("/v1/completions", response_model=CompletionResponse)
+    @api.post(
+        "/v1/completions",
+        response_model=CompletionResponse,
+        responses=_errors(409, 429, 503, 504, *_BODY_ERRORS),
+    )
     async def completions(self, req: CompletionRequest) -> JSONResponse:
         """OpenAI completions (subset): each prompt is a group of ``n`` choices; token ids,
         logprobs and the policy version of every choice (see ``app.compat.openai``)."""
@@ -459,7 +505,7 @@ class Ingress:
         )
         return JSONResponse(content=out.model_dump(mode="json"))
 
-    @api.post("/generate")
+    @api.post("/generate", responses=_errors(409, 429, 503, 504, *_BODY_ERRORS))
     async def generate(self, req: GenerateRequest) -> JSONResponse:
         """SGLang-style generate (see ``app.compat.sglang``): answers when the call is done or
         aborted (``/abort_request``: the tokens so far, finish reason ``abort``)."""
@@ -471,7 +517,7 @@ class Ingress:
         )
         return JSONResponse(content=out)
 
-    @api.post("/abort_request")
+    @api.post("/abort_request", responses=_errors(401, 403, *_BODY_ERRORS))
     async def abort_request(
         self, req: AbortRequest, authorization: str | None = Header(None)
     ) -> dict[str, list[str]]:
@@ -515,7 +561,11 @@ class Ingress:
         )
         return update
 
-    @api.post("/v1/weights", response_model=WeightsUpdate)
+    @api.post(
+        "/v1/weights",
+        response_model=WeightsUpdate,
+        responses=_errors(401, 403, 409, 503, 504, *_BODY_ERRORS),
+    )
     async def update_weights(
         self, req: WeightsUpdateRequest, authorization: str | None = Header(None)
     ) -> WeightsUpdate:
@@ -532,7 +582,11 @@ class Ingress:
         state: WeightsState = await self._call("weights")
         return state
 
-    @api.post("/update_weights_from_disk")
+    @api.post(
+        "/update_weights_from_disk",
+        # SGLang's shape for errors too: {"success": false, "message", "num_paused_requests"}
+        responses=_errors(401, 403, 409, 503, 504, body=False),
+    )
     async def update_weights_from_disk(
         self, req: DiskWeightsRequest, authorization: str | None = Header(None)
     ) -> JSONResponse:

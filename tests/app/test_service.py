@@ -259,6 +259,35 @@ def test_a_caller_that_disconnects_cancels_its_job(client: httpx.Client, url: st
         time.sleep(0.2)
 
 
+def test_every_error_answered_is_documented_in_openapi(client: httpx.Client) -> None:
+    """/openapi.json is the contract: each status a route really answers is listed for that
+    route, with the body it has (ErrorBody's detail; 422 items with loc, msg and type)."""
+    doc = client.get("/openapi.json").json()["paths"]
+    job = "/v1/rollouts/{job_id}"
+    seen = [
+        ("get", job, client.get("/v1/rollouts/nope")),
+        ("delete", job, client.delete("/v1/rollouts/nope")),
+        ("delete", job, client.delete("/v1/rollouts/nope", headers={"Authorization": "Bearer x"})),
+        ("get", job + "/groups", client.get("/v1/rollouts/nope/groups")),
+        ("post", "/abort_request", client.post("/abort_request", json={"abort_all": True})),
+        ("put", "/v1/speculation", client.put("/v1/speculation", json={"settings": {}})),
+        ("post", "/v1/weights", client.post("/v1/weights", json={"path": "/usr"})),
+        ("post", "/v1/rollouts", client.post("/v1/rollouts", content=b"x" * 2_000_000)),
+        ("post", "/v1/rollouts", client.post(
+            "/v1/rollouts", json={"prompts": ["x" * 4000], "group_size": 1, "max_tokens": 4}
+        )),
+    ]  # fmt: skip
+    for method, path, r in seen:
+        assert r.status_code >= 400, (path, r.status_code)
+        documented = doc[path][method]["responses"]
+        assert str(r.status_code) in documented, (method, path, r.status_code, list(documented))
+        detail = r.json()["detail"]
+        if r.status_code == 422:
+            assert all({"loc", "msg", "type"} <= set(d) for d in detail), detail
+        else:
+            assert isinstance(detail, str) and detail, r.text
+
+
 def test_over_the_job_limit_is_429_with_retry_after(client: httpx.Client) -> None:
     jobs = [_submit(client, prompts=["x"] * 4, group_size=4, max_tokens=300) for _ in range(3)]
     r = client.post("/v1/rollouts", json={"prompts": ["x"], "group_size": 1, "max_tokens": 4})
