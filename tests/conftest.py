@@ -38,9 +38,21 @@ class LoopThread:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port below Linux's ephemeral range (32768-60999). A port the OS hands out
+    (bind to 0) is free only until someone else asks: Ray, started right after, bound its
+    autoscaler monitor to the very port chosen for Serve's proxy (seen here: 'Failed to bind to
+    address 127.0.0.1:44217', every module on that Serve erroring). Nothing binds below the
+    range unless it asks for that port."""
+    import random
+
+    for port in random.sample(range(20_000, 32_000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
 
 
 @pytest.fixture(scope="session")

@@ -129,15 +129,14 @@ def test_seer_serve_starts_answers_and_drains_on_sigterm(tmp_path: Path) -> None
     """What ./run.sh runs: `seer serve` in the background, healthy, a demo; then SIGTERM with a
     job running: it gets shutdown_grace_s, is cancelled, and the process exits 0."""
     import signal
-    import socket
     import time
 
     import httpx
     import yaml
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from tests.conftest import free_port
+
+    port = free_port()
     doc = yaml.safe_load(Path("serve_config.yaml").read_text())
     args = doc["applications"][0]["args"]
     args["shutdown_grace_s"] = 1

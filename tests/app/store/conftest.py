@@ -11,7 +11,6 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -20,13 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
+
 PG_BINARIES = ("initdb", "pg_ctl")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pg_bin(name: str) -> str | None:
@@ -76,7 +71,7 @@ class PgServer:
         self.sock = self.base / "sock"
         self.sock.mkdir()
         self.log = self.base / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         self._as: list[str] = []
         if os.geteuid() == 0:  # initdb refuses root
             shutil.chown(self.base, "postgres")
