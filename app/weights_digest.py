@@ -31,6 +31,18 @@ def checkpoint_digest(path: str | Path) -> str:
     return total.hexdigest()
 
 
+def verified_digest(path: str | Path, expected: str | None) -> str:
+    """``path``'s digest; with ``expected``, ValueError unless it is that one (the caller then
+    loads nothing: a partial write, or another checkpoint)."""
+    digest = checkpoint_digest(path)
+    if expected is not None and digest != expected:
+        raise ValueError(
+            f"weights at {str(path)!r} have digest {digest}, not the expected {expected} "
+            "(a partial write, or another checkpoint?); nothing loaded"
+        )
+    return digest
+
+
 def _tensor_digests(f: Path) -> dict[str, str]:
     with f.open("rb") as fh:
         head = fh.read(8)

@@ -15,7 +15,7 @@ import os
 import time
 
 from app.engines.config import EngineConfig
-from app.weights_digest import checkpoint_digest
+from app.weights_digest import verified_digest
 from core.drafting.shared import SyncBatch, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
@@ -154,12 +154,7 @@ class FakeEngine:
         digest is the real one of the directory's safetensors (of none: the empty digest)."""
         if not await asyncio.to_thread(os.path.isdir, path):
             raise ValueError(f"{self.replica_id}: weights path {path!r} is not a directory")
-        loaded = await asyncio.to_thread(checkpoint_digest, path)
-        if digest is not None and loaded != digest:
-            raise ValueError(
-                f"{self.replica_id}: weights at {path!r} have digest {loaded}, not the expected "
-                f"{digest}; nothing loaded"
-            )
+        loaded = await asyncio.to_thread(verified_digest, path, digest)
         self._weights = os.path.basename(os.path.normpath(path))
         self.weights_version = version
         return loaded

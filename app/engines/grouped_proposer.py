@@ -196,16 +196,11 @@ class SeerWorkerExtension:
         tokens); returns the checkpoint's digest (``app.weights_digest``) as this worker read
         it. With ``expected``, a checkpoint of another digest is refused before anything is
         loaded (the worker keeps the weights it has)."""
-        from app.weights_digest import checkpoint_digest
+        from app.weights_digest import verified_digest
 
         if not sorted(Path(path).glob("*.safetensors")):
             raise ValueError(f"weights path {path!r} holds no *.safetensors file")
-        digest = checkpoint_digest(path)
-        if expected is not None and digest != expected:
-            raise ValueError(
-                f"weights at {path!r} have digest {digest}, not the expected {expected} "
-                "(a partial write, or another checkpoint?); nothing loaded"
-            )
+        digest = verified_digest(path, expected)
         self.reload_weights(weights_path=path)  # type: ignore[attr-defined]
         retie_head(self.model_runner.get_model())
         drafter = self._seer_drafter()

@@ -39,7 +39,7 @@ from app.engines.sim_workload import (
     encode_text,
     sim_workload,
 )
-from app.weights_digest import checkpoint_digest
+from app.weights_digest import verified_digest
 from core.drafting.shared import FINISHED, SyncBatch, SyncClient, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
@@ -303,12 +303,7 @@ class SimEngine:
         drafting knew of the old policy is dropped (the digest is the directory's real one)."""
         if not await asyncio.to_thread(os.path.isdir, path):
             raise ValueError(f"{self.replica_id}: weights path {path!r} is not a directory")
-        loaded = await asyncio.to_thread(checkpoint_digest, path)
-        if digest is not None and loaded != digest:
-            raise ValueError(
-                f"{self.replica_id}: weights at {path!r} have digest {loaded}, not the expected "
-                f"{digest}; nothing loaded"
-            )
+        loaded = await asyncio.to_thread(verified_digest, path, digest)
         self._progress.clear()
         if self._sync is not None:
             self._sync.clear()
