@@ -48,7 +48,7 @@ from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
 from app.serve.body_limits import BodyLimits
-from app.serve.detached import detached
+from app.serve.detached import Background
 from app.serve.jobs import JobError, Refusal
 from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import (
@@ -168,12 +168,6 @@ def _http(exc: JobError | Refusal) -> HTTPException:
     return HTTPException(status_code=exc.status, detail=exc.message, headers=headers)
 
 
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    """Mark a background future's error as seen (each one's caller logs what matters)."""
-    if not fut.cancelled():
-        fut.exception()
-
-
 @serve.deployment(ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=1000)
 @serve.ingress(api)
 class Ingress:
@@ -182,7 +176,7 @@ class Ingress:
         self.config = config
         self.scheduler = scheduler
         api.state.body_limits = (config.limits.max_body_bytes, config.limits.body_read_timeout_s)
-        self._background: set[asyncio.Future[Any]] = set()  # cancels outliving their caller
+        self._background = Background()  # submissions and cancels outliving their caller
         self._started = int(time.time())
         token = config.operator_token
         self._operator_token = configured_token(token.get_secret_value() if token else None)
@@ -342,32 +336,22 @@ class Ingress:
         withdrawn. A submission that failed cancels nothing (the id may be another's job)."""
         job_id = job_id or uuid.uuid4().hex[:12]
         # detached: the request's cancellation must not cancel the submission under way
-        submit = detached(self._submit(req, job_id))
+        submit = self._background.keep(self._submit(req, job_id))
         try:
             await asyncio.shield(submit)
             outcome: JobOutcome = await self._call("wait", job_id, partial)
         except asyncio.CancelledError:  # the caller went away: stop generating for nobody
-            self._detach(self._cancel_submitted(submit, job_id))
+            self._background.keep(self._cancel_submitted(submit, job_id))
             raise
         return job_id, outcome
 
-    def _detach(self, work: Any) -> None:
-        """Keep ``work`` (a coroutine, or a future) running, and referenced, after its caller;
-        a coroutine runs in no request's context (``app.serve.detached``)."""
-        task = detached(work) if asyncio.iscoroutine(work) else asyncio.ensure_future(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        task.add_done_callback(_retrieve)
-
     async def _cancel_submitted(self, submit: asyncio.Future[str], job_id: str) -> None:
         bound = self.config.replica_call_timeout_s
-        submit.add_done_callback(_retrieve)
         await asyncio.wait([submit], timeout=bound)
         if not submit.done() or submit.cancelled() or submit.exception() is not None:
             return  # not submitted (within the bound): there is no job of ours to cancel
         log.info("the caller of rollout %s went away: cancelling it", job_id)
-        cancel = asyncio.ensure_future(self.scheduler.cancel.remote(job_id))
-        self._detach(cancel)
+        cancel = self._background.keep(self.scheduler.cancel.remote(job_id))
         done, _ = await asyncio.wait([cancel], timeout=bound)
         if not done:
             log.warning("cancel of %s not answered within %gs (still on its way)", job_id, bound)

@@ -23,6 +23,7 @@ from app.config import SchedulerUserConfig, ServiceConfig
 from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve import logs
+from app.serve.detached import Background
 from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
 from app.serve.draft_server import DraftServerLink
 from app.serve.jobs import JobError, Refusal
@@ -64,14 +65,7 @@ class ServeLinks:
     def __init__(self, handles: Sequence[Any], replica_ids: Sequence[str]) -> None:
         self.handles = list(handles)
         self.replica_ids = list(replica_ids)
-        self._detached: set[asyncio.Future[Any]] = set()  # aborts outliving their waiter
-
-    def _finished(self, task: asyncio.Future[Any]) -> None:
-        """Drop a detached call and retrieve its outcome (an error after its waiter left is
-        not reported as never retrieved; the waiter, if still there, got it already)."""
-        self._detached.discard(task)
-        if not task.cancelled():
-            task.exception()
+        self._detached = Background()  # aborts outliving their waiter
 
     @staticmethod
     def _unreachable(exc: BaseException) -> bool:
@@ -98,9 +92,7 @@ class ServeLinks:
         return result
 
     async def abort(self, replica: int, request_id: str, generated: int) -> bool:
-        task = asyncio.ensure_future(self.handles[replica].abort.remote(request_id, generated))
-        self._detached.add(task)
-        task.add_done_callback(self._finished)
+        task = self._detached.keep(self.handles[replica].abort.remote(request_id, generated))
         return bool(await asyncio.shield(task))
 
     async def load(self, replica: int) -> EngineLoad:

@@ -12,6 +12,7 @@ from typing import Any
 import ray._raylet
 
 from app.config import ServiceConfig
+from app.serve.detached import Background
 from app.serve.jobs import JobError
 from tests.app.bare_ingress import bare_ingress
 
@@ -50,7 +51,7 @@ def _ingress(submit_fails: bool = False) -> tuple[Any, Scheduler, asyncio.Event,
     ingress = bare_ingress()
     ingress.config = ServiceConfig().model_copy(update={"replica_call_timeout_s": 2.0})
     ingress.scheduler = scheduler = Scheduler()
-    ingress._background = set()
+    ingress._background = Background()
     ingress.submit_parents = []
     started, release = asyncio.Event(), asyncio.Event()
 
