@@ -30,7 +30,7 @@ import hmac
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -433,6 +433,13 @@ class Dispatcher:
     ) -> SpeculationState:
         """New drafting settings for every replica, live (see ``app.serve.speculation``)."""
         return await self.speculation.set(settings, who, reason, self._live())
+
+    async def update_speculation(
+        self, patch: Mapping[str, Any], who: str, reason: str | None = None
+    ) -> SpeculationState:
+        """The current drafting settings with ``patch``'s fields changed, merged under the
+        settings' lock (``PUT /v1/speculation``), for every replica, live."""
+        return await self.speculation.update(patch, who, reason, self._live())
 
     async def update_weights(
         self,

@@ -57,15 +57,14 @@ from app.serve.operator import (
     bearer,
     configured_token,
     is_operator,
-    merged_settings,
     new_cancel_token,
+    settings_patch,
     token_digest,
 )
 from app.serve.scheduler import JobOutcome, ServiceHealth
 from app.serve.speculation import SpeculationState
 from app.serve.strict_json import StrictJSONRoute
 from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
-from core.drafting.step_drafter import DraftSettings
 
 log = logging.getLogger("seer.ingress")
 
@@ -233,10 +232,8 @@ class Ingress:
         value). ``Authorization: Bearer <token>``: missing -> 401, wrong -> 403. ``X-Operator``
         names who changed them in the audit log."""
         authorize(self._operator_token, authorization)
-        current: SpeculationState = await self._call("speculation")
-        settings = merged_settings(DraftSettings(**current.settings), update)
         state: SpeculationState = await self._call(
-            "configure_speculation", settings, x_operator or "operator", update.reason
+            "update_speculation", settings_patch(update), x_operator or "operator", update.reason
         )
         return state
 

@@ -87,8 +87,11 @@ def authorize(token: str | None, authorization: str | None) -> None:
         raise HTTPException(403, "wrong operator token")
 
 
-def merged_settings(current: DraftSettings, update: SpeculationUpdate) -> DraftSettings:
-    """``current`` with ``update.settings`` applied; 422 naming the first bad field."""
+def settings_patch(update: SpeculationUpdate) -> dict[str, Any]:
+    """The fields ``update`` changes, type- and bounds-checked (every bound of ``DraftSettings``
+    is one field's, so a patch valid here is valid over any current settings); 422 naming the
+    first bad field. The scheduler applies it over its current settings under its lock
+    (``SpeculationControl.update``): two concurrent PUTs both land."""
     known = {f.name for f in dataclasses.fields(DraftSettings)}
     unknown = sorted(set(update.settings) - known)
     if unknown:
@@ -114,12 +117,12 @@ def merged_settings(current: DraftSettings, update: SpeculationUpdate) -> DraftS
         if not ok:
             raise _bad(name, f"must be {want}, got {value!r}")
         given[name] = value
-    merged = {**dataclasses.asdict(current), **given}
     try:
-        return DraftSettings(**merged)
+        dataclasses.replace(DraftSettings(), **given)
     except ValueError as exc:  # the bounds check names the field first
         name = str(exc).split(" ", 1)[0]
         raise _bad(name if name in _TYPES else "settings", str(exc)) from None
+    return given
 
 
 _TYPES = {f.name: str(f.type) for f in dataclasses.fields(DraftSettings)}

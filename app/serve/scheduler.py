@@ -184,10 +184,10 @@ class SeerScheduler:
         return self.dispatcher.speculation.state()
 
     @refusing
-    async def configure_speculation(
-        self, settings: DraftSettings, who: str, reason: str | None
+    async def update_speculation(
+        self, patch: dict[str, Any], who: str, reason: str | None
     ) -> SpeculationState:
-        return await self.dispatcher.configure_speculation(settings, who, reason)
+        return await self.dispatcher.update_speculation(patch, who, reason)
 
     @refusing
     async def update_weights(

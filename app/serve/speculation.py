@@ -18,9 +18,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -108,28 +108,42 @@ class SpeculationControl:
     ) -> SpeculationState:
         """Make ``settings`` current and send them to the ``live`` replicas."""
         async with self._lock:
-            old = self.settings
-            self.settings = settings
-            self.version += 1
-            self.updated_at = time.time()
-            self.updated_by = who
-            self.reason = reason
-            version = self.version
-            for i in range(len(self._replica_version)):
-                if i not in live:
-                    self._replica_version[i] = -1  # it gets them when it is seen healthy
-            await asyncio.gather(*(self._send(i, settings, version) for i in live))
-            if self.sink is not None:
-                self.sink.emit(
-                    SpeculationConfigChanged(
-                        at=self.updated_at,
-                        who=who,
-                        old=json.dumps(asdict(old), sort_keys=True),
-                        new=json.dumps(asdict(settings), sort_keys=True),
-                        reason=reason,
-                    )
+            return await self._apply(settings, who, reason, live)
+
+    async def update(
+        self, patch: Mapping[str, Any], who: str, reason: str | None, live: Sequence[int]
+    ) -> SpeculationState:
+        """The current settings with ``patch``'s fields changed, made current as ``set`` does.
+        Read and merged under the lock: of two concurrent updates neither is lost."""
+        async with self._lock:
+            return await self._apply(replace(self.settings, **patch), who, reason, live)
+
+    async def _apply(
+        self, settings: DraftSettings, who: str, reason: str | None, live: Sequence[int]
+    ) -> SpeculationState:
+        """Caller holds ``self._lock``."""
+        old = self.settings
+        self.settings = settings
+        self.version += 1
+        self.updated_at = time.time()
+        self.updated_by = who
+        self.reason = reason
+        version = self.version
+        for i in range(len(self._replica_version)):
+            if i not in live:
+                self._replica_version[i] = -1  # it gets them when it is seen healthy
+        await asyncio.gather(*(self._send(i, settings, version) for i in live))
+        if self.sink is not None:
+            self.sink.emit(
+                SpeculationConfigChanged(
+                    at=self.updated_at,
+                    who=who,
+                    old=json.dumps(asdict(old), sort_keys=True),
+                    new=json.dumps(asdict(settings), sort_keys=True),
+                    reason=reason,
                 )
-            return self.state()
+            )
+        return self.state()
 
     async def reapply(self, i: int) -> None:
         """Replica ``i`` is healthy (again): give it the current settings if it lacks them."""

@@ -588,3 +588,29 @@ def test_speculation_settings_reach_every_replica_live_and_rejoining_ones_later(
     assert isinstance(event, SpeculationConfigChanged)
     assert event.who == "alice" and event.reason == "too slow on CPU"
     assert '"max_draft": 8' in event.old and '"max_draft": 4' in event.new
+
+
+def test_two_concurrent_speculation_updates_both_land() -> None:
+    """PUT /v1/speculation sends a patch; the merge over the current settings happens under the
+    settings' lock, so of two concurrent PUTs changing different fields neither is lost."""
+    links = FakeLinks(n=2)
+
+    async def main() -> None:
+        await links.start()
+        cfg = _config()
+        d = Dispatcher(links, cfg, cfg.resolve_policy("seer"))
+        d.start()
+        await d.probe_all()
+        try:
+            a, b = await asyncio.gather(
+                d.update_speculation({"max_draft": 4}, "alice"),
+                d.update_speculation({"enabled": False}, "bob"),
+            )
+            assert sorted([a.version, b.version]) == [1, 2]
+            want = DraftSettings(enabled=False, max_draft=4)
+            assert d.speculation.settings == want
+            assert [e.speculation for e in links.engines] == [want, want]
+        finally:
+            await d.close()
+
+    asyncio.run(main())

@@ -12,9 +12,8 @@ from app.serve.operator import (
     SpeculationUpdate,
     authorize,
     configured_token,
-    merged_settings,
+    settings_patch,
 )
-from core.drafting.step_drafter import DraftSettings
 
 
 @pytest.mark.parametrize(
@@ -46,12 +45,10 @@ def test_token_comes_from_config_then_environment(monkeypatch: pytest.MonkeyPatc
     assert configured_token("from-config") == "from-config"
 
 
-def test_updates_merge_over_the_current_settings() -> None:
-    current = DraftSettings(max_draft=6)
-    got = merged_settings(current, SpeculationUpdate(settings={"enabled": False}))
-    assert got == DraftSettings(enabled=False, max_draft=6)
-    got = merged_settings(current, SpeculationUpdate(settings={"min_token_prob": 0}))
-    assert got.min_token_prob == 0.0 and isinstance(got.min_token_prob, float)
+def test_updates_are_the_given_fields_checked() -> None:
+    assert settings_patch(SpeculationUpdate(settings={"enabled": False})) == {"enabled": False}
+    got = settings_patch(SpeculationUpdate(settings={"min_token_prob": 0}))
+    assert got == {"min_token_prob": 0.0} and isinstance(got["min_token_prob"], float)
 
 
 @pytest.mark.parametrize(
@@ -69,6 +66,6 @@ def test_updates_merge_over_the_current_settings() -> None:
 )
 def test_bad_updates_are_422_naming_the_field(settings: dict[str, Any], field: str) -> None:
     with pytest.raises(HTTPException) as exc:
-        merged_settings(DraftSettings(), SpeculationUpdate(settings=settings))
+        settings_patch(SpeculationUpdate(settings=settings))
     assert exc.value.status_code == 422
     assert exc.value.detail[0]["loc"] == ["body", "settings", field]

@@ -439,6 +439,42 @@ def test_a_non_ascii_bearer_token_is_refused_not_a_500(client: httpx.Client) -> 
         assert r.status_code == 403, r.text
 
 
+def test_concurrent_speculation_puts_all_land(url: str) -> None:
+    """Each PUT changes one field; the ingress read, merged and wrote the settings outside the
+    scheduler's lock, so concurrent PUTs overwrote each other's fields. Now the patch is merged
+    under the lock: every field of every PUT is in the final settings."""
+    changes = [
+        {"enabled": False},
+        {"max_draft": 3},
+        {"min_token_prob": 0.25},
+        {"adaptive": False},
+        {"probe_priority": 3.0},
+    ]
+    before = httpx.get(f"{url}/v1/speculation", timeout=30).json()
+    answers: list[int] = []
+
+    def put(settings: dict[str, Any]) -> None:
+        r = httpx.put(
+            f"{url}/v1/speculation", json={"settings": settings}, headers=OPERATOR, timeout=60
+        )
+        answers.append(r.status_code)
+
+    threads = [threading.Thread(target=put, args=(c,)) for c in changes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert answers == [200] * len(changes)
+    after = httpx.get(f"{url}/v1/speculation", timeout=30).json()
+    assert after["version"] == before["version"] + len(changes)
+    for c in changes:
+        assert c.items() <= after["settings"].items(), (c, after["settings"])
+    r = httpx.put(  # back to what the other tests expect
+        f"{url}/v1/speculation", json={"settings": before["settings"]}, headers=OPERATOR
+    )
+    assert r.status_code == 200, r.text
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
     lambda inner: (

@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Header
 
-from app.serve.operator import SpeculationUpdate, authorize, merged_settings
+from app.serve.operator import SpeculationUpdate, authorize, settings_patch
 from app.serve.speculation import ReplicaSpeculation, SpeculationState
 from core.drafting.step_drafter import DraftSettings
 from dashboard.bench import fill
@@ -74,7 +74,9 @@ class FakeService:
             x_operator: str | None = Header(None),
         ) -> SpeculationState:
             authorize(token, authorization)
-            new = merged_settings(DraftSettings(**self.state.settings), update)
+            new = dataclasses.replace(
+                DraftSettings(**self.state.settings), **settings_patch(update)
+            )
             self.puts.append((update.settings, x_operator, update.reason))
             self.state = self.state.model_copy(
                 update={
