@@ -27,7 +27,7 @@ class DashboardConfig:
     bucket_s: float = 10.0  # time buckets of the speculation charts, [1, 86400]
     http_timeout_s: float = 3.0  # each call to the service gives up after this, (0, 60]
     history_jobs: int = 20  # jobs on the History page, [1, 1000]
-    load_window_s: float = 300.0  # replica load shown: this long before the newest sample
+    load_window_s: float = 300.0  # replica load shown: the job's last this-many seconds
 
     def __post_init__(self) -> None:
         check_url(self.database_url)
@@ -65,6 +65,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> D
     p.add_argument("--refresh-s", type=float, default=_env_float(env, REFRESH_ENV, 3.0))
     p.add_argument("--bucket-s", type=float, default=10.0)
     p.add_argument("--history-jobs", type=int, default=20)
+    p.add_argument("--load-window-s", type=float, default=300.0)
     try:
         ns, extra = p.parse_known_args(list(argv))
     except argparse.ArgumentError as exc:
@@ -78,4 +79,5 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> D
         refresh_s=ns.refresh_s,
         bucket_s=ns.bucket_s,
         history_jobs=ns.history_jobs,
+        load_window_s=ns.load_window_s,
     )

@@ -42,7 +42,7 @@ def now_page(r: StoreReader, cfg: DashboardConfig, now: float) -> NowData | None
         estimate_error=nv.estimate_error(groups),
         finished=nv.finished_figure(job, requests, now),
         group_chart=nv.group_figure(groups, requests),
-        load=nv.load_figure(r.replica_load(cfg.load_window_s)),
+        load=nv.load_figure(r.replica_load(*nv.load_window(job, now, cfg.load_window_s))),
     )
 
 

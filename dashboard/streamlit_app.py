@@ -16,12 +16,17 @@ def main() -> None:
     st.set_page_config(page_title="Seer", layout="wide")
     cfg = ui.config()
     ui.sidebar(cfg)
+    now_page = st.Page(now.render, title="Now", url_path="now")
     pages = [
-        st.Page(now.render, title="Now", url_path="now", default=True),
+        # Streamlit serves its default page at "/" only: /now (the URL of Now everywhere else)
+        # was "Page not found". The root is a hidden page that opens Now at its own URL.
+        st.Page(lambda: st.switch_page(now_page), title="Seer", url_path="home", default=True,
+                visibility="hidden"),
+        now_page,
         st.Page(speculation.render, title="Speculation", url_path="speculation"),
         st.Page(history.render, title="History", url_path="history"),
         st.Page(tuning.render, title="Tuning", url_path="tuning"),
-    ]
+    ]  # fmt: skip
     st.navigation(pages).run()
 
 

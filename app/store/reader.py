@@ -259,19 +259,19 @@ class StoreReader:
                 )
             return out
 
-    def replica_load(self, window_s: float) -> list[ReplicaLoad]:
-        """Load samples of every replica within ``window_s`` before the newest sample."""
-        from sqlalchemy import func, select
+    def replica_load(self, since: float, until: float | None = None) -> list[ReplicaLoad]:
+        """Load samples of every replica taken in [``since``, ``until``] (no end: up to now),
+        oldest first."""
+        from sqlalchemy import select
 
         from app.store.models import ReplicaLoadRow as L
 
-        newest = select(func.max(L.at)).scalar_subquery()
+        q = select(L.replica_id, L.at, L.running, L.waiting, L.chunks_in_flight, L.kv_usage)
+        q = q.where(L.at >= since)
+        if until is not None:
+            q = q.where(L.at <= until)
         with self._read() as conn:
-            rows = conn.execute(
-                select(L.replica_id, L.at, L.running, L.waiting, L.chunks_in_flight, L.kv_usage)
-                .where(L.at >= newest - window_s)
-                .order_by(L.at, L.id)
-            )
+            rows = conn.execute(q.order_by(L.at, L.id))
             return [ReplicaLoad(*r) for r in rows]
 
     def acceptance_over_time(self, bucket_s: float, job_id: str | None = None) -> list[DraftTotals]:

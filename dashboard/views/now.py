@@ -145,10 +145,17 @@ def estimate_error(groups: list[GroupView]) -> float | None:
     return math.exp(errs[len(errs) // 2]) - 1
 
 
+def load_window(job: JobView, now: float, window_s: float) -> tuple[float, float]:
+    """The load shown with ``job``: its own run (the last ``window_s`` of it), until now while
+    it runs. Samples after its end would show the idle service instead (a flat 0 line)."""
+    until = job.finished_at if job.finished_at is not None else now
+    return max(job.started_at, until - window_s), until
+
+
 def load_figure(samples: list[ReplicaLoad]) -> go.Figure:
     """Running and waiting sequences and KV use of each replica over time."""
     if not samples:
-        return note(figure("Replica load"), "no load sample recorded yet")
+        return note(figure("Replica load"), "no load sample recorded during this job")
     fig = make_subplots(
         rows=3,
         cols=1,

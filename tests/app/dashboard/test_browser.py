@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.serve, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
 CHROMIUM = os.environ.get("SEER_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "dash-t0ken"
+LOAD_WINDOW_S = 4  # the replica-load chart: a job's last 4 s
 
 
 def _browser_missing() -> str | None:
@@ -79,6 +80,7 @@ def dashboard(service: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
         "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(port),
         "--browser.gatherUsageStats", "false",
         "--", "--database-url", db, "--service-url", url, "--refresh-s", "1",
+        "--load-window-s", str(LOAD_WINDOW_S),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SEER_OPERATOR_TOKEN": ""}
     with log.open("w") as out:
@@ -131,6 +133,36 @@ def _wait_text(page: Any, text: str, timeout_s: float = 60) -> None:
         page.wait_for_timeout(300)
 
 
+def _load_running(page: Any, timeout_s: float = 60) -> list[float]:
+    """Every value of the replica-load chart's "running" traces (plotly's own figure data);
+    waits for the chart to be drawn."""
+    script = """() => [...document.querySelectorAll('.js-plotly-plot')]
+        .filter(e => ((e.layout && e.layout.title && e.layout.title.text) || '')
+            .includes('Replica load'))
+        .flatMap(e => e.data.filter(t => (t.yaxis || 'y') === 'y').flatMap(t => t.y || []))"""
+    deadline = time.monotonic() + timeout_s
+    while not (ys := page.evaluate(script)):
+        assert time.monotonic() < deadline, "no replica-load chart:\n" + page.inner_text("body")
+        page.wait_for_timeout(300)
+    return [float(y) for y in ys]
+
+
+def test_the_now_url_opens_without_a_dialog_and_the_toolbar_is_minimal(
+    dashboard: str, page: Any
+) -> None:
+    """/now is the default page's own URL (the sidebar links to it): it showed a "Page not
+    found" dialog over the page. Streamlit's "Deploy" button does not belong to an operator
+    tool (toolbarMode minimal, from the repository's .streamlit/config.toml)."""
+    for path in ("/now", "/"):
+        page.goto(f"{dashboard}{path}")
+        page.get_by_role("heading", name="Now").wait_for()
+        page.wait_for_timeout(1500)  # the dialog arrived with the first script run
+        assert page.get_by_text("Page not found").count() == 0, path
+        assert page.get_by_role("dialog").count() == 0, path
+        assert page.get_by_role("button", name="Deploy").count() == 0, path
+    assert page.url.endswith("/now")  # "/" opens Now at its own URL
+
+
 def _finished(page: Any) -> int:
     text = page.get_by_text("requests finished").first.inner_text(timeout=60_000)
     return int(text.split(" / ")[0].strip())
@@ -168,6 +200,14 @@ def test_progress_updates_live_while_a_rollout_runs(
         page.wait_for_timeout(500)
         seen = _finished(page)
     assert page.evaluate("window.__seer_no_reload") is True  # same document: no reload
+    # the replica-load chart drew the job's own load: some replica ran sequences
+    assert max(_load_running(page)) > 0
+    # the finished job's chart still shows its run, not the idle service's samples since (the
+    # chart drew the last LOAD_WINDOW_S before the newest sample: a flat 0 line by now)
+    time.sleep(LOAD_WINDOW_S + 2)
+    page.reload()
+    _wait_text(page, job)
+    assert max(_load_running(page), default=0) > 0
     status = httpx.get(f"{url}/v1/rollouts/{job}", timeout=10).json()
     assert status["progress"]["requests_done"] == 48
 

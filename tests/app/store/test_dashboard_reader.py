@@ -120,8 +120,9 @@ def test_acceptance_tokens_and_load(url: str) -> None:
     assert over[0].drafted == 300 and over[0].steps == 150
     tokens = r.tokens_over_time(1000.0, "a")
     assert sum(t.tokens for t in tokens) == 150 and sum(t.chunks for t in tokens) == 5
-    load = r.replica_load(window_s=10)
-    assert [s.running for s in load] == [15, 20, 25]
+    load = r.replica_load(T0 + 110, T0 + 120)
+    assert [s.running for s in load] == [10, 15, 20]
+    assert [s.running for s in r.replica_load(T0 + 116)] == [20, 25]
 
 
 def test_prompt_lengths_and_audit_log(url: str) -> None:
