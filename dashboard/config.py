@@ -28,6 +28,7 @@ class DashboardConfig:
     http_timeout_s: float = 3.0  # each call to the service gives up after this, (0, 60]
     history_jobs: int = 20  # jobs on the History page, [1, 1000]
     load_window_s: float = 300.0  # replica load shown: the job's last this-many seconds
+    timeline_requests: int = 200  # request rows of the job timeline (those that ended last)
 
     def __post_init__(self) -> None:
         check_url(self.database_url)
@@ -38,6 +39,7 @@ class DashboardConfig:
         _bounded("http_timeout_s", self.http_timeout_s, 0.001, 60)
         _bounded("history_jobs", self.history_jobs, 1, 1000)
         _bounded("load_window_s", self.load_window_s, 1, 86_400)
+        _bounded("timeline_requests", self.timeline_requests, 1, 5000)
 
 
 def _bounded(name: str, value: float, lo: float, hi: float) -> None:
@@ -66,6 +68,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> D
     p.add_argument("--bucket-s", type=float, default=10.0)
     p.add_argument("--history-jobs", type=int, default=20)
     p.add_argument("--load-window-s", type=float, default=300.0)
+    p.add_argument("--timeline-requests", type=int, default=200)
     try:
         ns, extra = p.parse_known_args(list(argv))
     except argparse.ArgumentError as exc:
@@ -80,4 +83,5 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> D
         bucket_s=ns.bucket_s,
         history_jobs=ns.history_jobs,
         load_window_s=ns.load_window_s,
+        timeline_requests=ns.timeline_requests,
     )

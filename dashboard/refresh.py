@@ -14,6 +14,7 @@ from dashboard.config import DashboardConfig
 from dashboard.views import history as hv
 from dashboard.views import now as nv
 from dashboard.views import speculation as sv
+from dashboard.views import timeline as tl
 from dashboard.views import tuning as tv
 
 
@@ -26,6 +27,7 @@ class NowData:
     finished: go.Figure
     group_chart: go.Figure
     load: go.Figure
+    timeline: go.Figure
 
 
 def now_page(r: StoreReader, cfg: DashboardConfig, now: float) -> NowData | None:
@@ -43,6 +45,9 @@ def now_page(r: StoreReader, cfg: DashboardConfig, now: float) -> NowData | None
         finished=nv.finished_figure(job, requests, now),
         group_chart=nv.group_figure(groups, requests),
         load=nv.load_figure(r.replica_load(*nv.load_window(job, now, cfg.load_window_s))),
+        timeline=tl.timeline_figure(
+            job, r.job_chunks(job.job_id, cfg.timeline_requests), requests, cfg.timeline_requests
+        ),
     )
 
 

@@ -706,13 +706,15 @@ class Dispatcher:
         if res.finish_reason is FinishReason.ABORT:  # the engine gave up on it, unasked
             run.failures += 1
             if run.failures > self.config.max_chunk_retries:
-                s.complete(d.request_id, len(res.token_ids), res.finish_reason)
+                s.complete(d.request_id, len(res.token_ids), res.finish_reason, res.drafted_tokens)
                 self._end(job, JobState.FAILED, f"request {d.request_id} aborted by {rep_id}")
                 self._after_request(job, d, finished=False)
                 return
         job.output_tokens += len(res.token_ids)
         self.metrics.add_tokens(now, len(res.token_ids))
-        finished = s.complete(d.request_id, len(res.token_ids), res.finish_reason)
+        finished = s.complete(
+            d.request_id, len(res.token_ids), res.finish_reason, res.drafted_tokens
+        )
         if finished:
             run.finish = (
                 FinishReason.STOP if res.finish_reason is FinishReason.STOP else FinishReason.LENGTH

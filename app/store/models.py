@@ -118,6 +118,8 @@ class ChunkRow(Base):
     generated: Mapped[int] = mapped_column(Integer)
     finish_reason: Mapped[str] = mapped_column(String(16))
     is_probe: Mapped[bool] = mapped_column(Boolean)
+    started_at: Mapped[float | None] = mapped_column(Float)  # dispatched (null: before 0003)
+    drafted: Mapped[int] = mapped_column(Integer, server_default="0")  # draft tokens proposed
 
 
 class AcceptanceRow(Base):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.store.config import check_url, redact
 from app.store.views import (
+    ChunkSpan,
     ConfigVersion,
     DraftTotals,
     FinishedRequest,
@@ -324,6 +325,41 @@ class StoreReader:
                 .order_by(b)
             )
             return [TokenBucket(float(k), int(t), int(n)) for k, t, n in rows]
+
+    def job_chunks(self, job_id: str, max_requests: int = 200) -> list[ChunkSpan]:
+        """The chunks of the job's ``max_requests`` requests whose latest chunk ended last (the
+        tail is where a timeline is read), by request, oldest chunk first."""
+        from sqlalchemy import func, select
+
+        from app.store.models import ChunkRow as C
+        from app.store.models import GroupRow as G
+
+        last = (
+            select(C.request_id)
+            .join(G, G.group_id == C.group_id)
+            .where(G.job_id == job_id)
+            .group_by(C.request_id)
+            .order_by(func.max(C.at).desc(), C.request_id)
+            .limit(max_requests)
+            .subquery()
+        )
+        with self._read() as conn:
+            rows = conn.execute(
+                select(
+                    C.request_id,
+                    C.group_id,
+                    C.replica_id,
+                    C.started_at,
+                    C.at,
+                    C.new_tokens,
+                    C.drafted,
+                    C.finish_reason,
+                )
+                .join(G, G.group_id == C.group_id)
+                .where(G.job_id == job_id, C.request_id.in_(select(last.c.request_id)))
+                .order_by(C.request_id, C.at, C.id)
+            )
+            return [ChunkSpan(*r) for r in rows]
 
     def job_timings(self, job_ids: Sequence[str]) -> dict[str, JobTiming]:
         """Finish-time summary of each job's finished requests (jobs with none are absent)."""

@@ -112,6 +112,8 @@ def plan_batch(events: Iterable[object], bucket_s: float) -> WritePlan:
                     "generated": ev.generated,
                     "finish_reason": ev.finish_reason,
                     "is_probe": ev.is_probe,
+                    "started_at": ev.started_at,
+                    "drafted": ev.drafted,
                 },
             )
         elif isinstance(ev, RequestFinished):

@@ -109,6 +109,22 @@ class TokenBucket:
 
 
 @dataclass(frozen=True, slots=True)
+class ChunkSpan:
+    """One chunk of a request: dispatched at ``started_at`` (None: recorded before the store
+    kept it) on ``replica_id``, back at ``finished_at`` with ``new_tokens``; ``drafted``: draft
+    tokens its engine proposed (0: it ran without speculation)."""
+
+    request_id: str
+    group_id: str
+    replica_id: str
+    started_at: float | None
+    finished_at: float
+    new_tokens: int
+    drafted: int
+    finish_reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobTiming:
     """Finish times of a job's finished requests (stop or length): ``n`` of them, the first,
     the one that starts the tail (the request at rank ceil(0.9 n)) and the last."""

@@ -52,7 +52,8 @@ class JobFinished:
 @dataclass(frozen=True, slots=True)
 class ChunkDone:
     """One chunk of a request reported back to the scheduler. ``finish_reason``: stop |
-    length | chunk | abort; ``generated``: the request's tokens after it."""
+    length | chunk | abort; ``generated``: the request's tokens after it; ``started_at``: when
+    it was dispatched; ``drafted``: draft tokens its engine proposed (0: it did not speculate)."""
 
     request_id: str
     group_id: str
@@ -62,6 +63,8 @@ class ChunkDone:
     generated: int
     finish_reason: str
     is_probe: bool
+    started_at: float | None = None
+    drafted: int = 0
 
 
 @dataclass(frozen=True, slots=True)

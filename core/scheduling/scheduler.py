@@ -214,11 +214,14 @@ class Scheduler:
             for r in self.groups[gi].members:
                 self._enqueue(r)
 
-    def complete(self, request_id: str, new_tokens: int, finish_reason: FinishReason) -> bool:
+    def complete(
+        self, request_id: str, new_tokens: int, finish_reason: FinishReason, drafted: int = 0
+    ) -> bool:
         """Record what one in-flight chunk produced; returns True when the request finished.
 
         ``finish_reason`` STOP/LENGTH finish the request, CHUNK re-queues it (it must then have
-        used its whole chunk budget), ABORT re-queues it keeping the tokens it produced."""
+        used its whole chunk budget), ABORT re-queues it keeping the tokens it produced.
+        ``drafted``: draft tokens the engine proposed in it (recorded in the event trace only)."""
         r = self._lookup(request_id)
         if self.phase[r] is not _RUNNING:
             raise ValueError(
@@ -250,7 +253,9 @@ class Scheduler:
         gi = self.group_of[r]
         trace = self._trace
         if trace is not None:
-            trace.chunk_done(request_id, new_tokens, gen, finish_reason.value, self.is_probe[r])
+            trace.chunk_done(
+                request_id, new_tokens, gen, finish_reason.value, self.is_probe[r], drafted
+            )
         if self._group_cancelled[gi] or self._cancelled[r]:
             self._terminate(r, _CANCELLED)
             if trace is not None and self._group_open[gi] == 0:

@@ -27,6 +27,7 @@ class _Req:
     prompt_key: str
     queued_at: float
     started_at: float | None = None
+    chunk_started_at: float | None = None  # dispatch time of its latest chunk
     replicas: list[str] = field(default_factory=list)
 
 
@@ -56,12 +57,19 @@ class EventTrace:
 
     def dispatched(self, request_id: str, replica_id: str) -> None:
         req = self._req[request_id]
+        req.chunk_started_at = self.clock()
         if req.started_at is None:
-            req.started_at = self.clock()
+            req.started_at = req.chunk_started_at
         req.replicas.append(replica_id)
 
     def chunk_done(
-        self, request_id: str, new_tokens: int, generated: int, reason: str, is_probe: bool
+        self,
+        request_id: str,
+        new_tokens: int,
+        generated: int,
+        reason: str,
+        is_probe: bool,
+        drafted: int = 0,
     ) -> None:
         req = self._req[request_id]
         self.sink.emit(
@@ -74,6 +82,8 @@ class EventTrace:
                 generated=generated,
                 finish_reason=reason,
                 is_probe=is_probe,
+                started_at=req.chunk_started_at,
+                drafted=drafted,
             )
         )
 

@@ -58,6 +58,7 @@ def _job(d: NowData) -> None:
         f"groups: {'-' if err is None else num(100 * err, 0) + '%'}"
     )
     st.plotly_chart(d.load, key="load")
+    st.plotly_chart(d.timeline, key="timeline")
 
 
 def _service(cfg: DashboardConfig, job: JobView | None) -> None:

@@ -9,6 +9,17 @@ import plotly.graph_objects as go
 
 #: One height for every chart, so pages line up.
 HEIGHT = 340
+#: Replica i's colour in every chart (replicas sorted by id).
+REPLICA_COLORS = [
+    "#636efa",
+    "#ef553b",
+    "#00cc96",
+    "#ab63fa",
+    "#ffa15a",
+    "#19d3f3",
+    "#ff6692",
+    "#b6e880",
+]
 
 
 def when(t: float) -> datetime:

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from app.store.views import FinishedRequest, GroupView, JobView, ReplicaLoad
 from dashboard.client import Health
-from dashboard.views.common import HEIGHT, figure, note, when
+from dashboard.views.common import HEIGHT, REPLICA_COLORS, figure, note, when
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +184,7 @@ def load_figure(samples: list[ReplicaLoad]) -> go.Figure:
                     name=rid,
                     legendgroup=rid,
                     showlegend=row == 1,
-                    line={"color": _COLORS[i % len(_COLORS)]},
+                    line={"color": REPLICA_COLORS[i % len(REPLICA_COLORS)]},
                 ),
                 row=row,
                 col=1,
@@ -193,9 +193,6 @@ def load_figure(samples: list[ReplicaLoad]) -> go.Figure:
         title="Replica load", height=int(HEIGHT * 1.6), margin={"l": 50, "r": 20, "t": 60, "b": 30}
     )
     return fig
-
-
-_COLORS = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880"]
 
 
 def replica_rows(health: Health) -> list[dict[str, object]]:

@@ -133,18 +133,23 @@ def _wait_text(page: Any, text: str, timeout_s: float = 60) -> None:
         page.wait_for_timeout(300)
 
 
-def _load_running(page: Any, timeout_s: float = 60) -> list[float]:
-    """Every value of the replica-load chart's "running" traces (plotly's own figure data);
-    waits for the chart to be drawn."""
-    script = """() => [...document.querySelectorAll('.js-plotly-plot')]
+def _chart(page: Any, title: str, what: str, timeout_s: float = 60) -> list[Any]:
+    """``what`` (a JS expression over trace ``t``, giving a list) over the traces of the chart
+    titled ``title``, from plotly's own figure data; waits until it is non-empty."""
+    script = f"""() => [...document.querySelectorAll('.js-plotly-plot')]
         .filter(e => ((e.layout && e.layout.title && e.layout.title.text) || '')
-            .includes('Replica load'))
-        .flatMap(e => e.data.filter(t => (t.yaxis || 'y') === 'y').flatMap(t => t.y || []))"""
+            .includes({title!r}))
+        .flatMap(e => e.data.flatMap(t => {what}))"""
     deadline = time.monotonic() + timeout_s
-    while not (ys := page.evaluate(script)):
-        assert time.monotonic() < deadline, "no replica-load chart:\n" + page.inner_text("body")
+    while not (got := page.evaluate(script)):
+        assert time.monotonic() < deadline, f"no {title!r} data:\n" + page.inner_text("body")
         page.wait_for_timeout(300)
-    return [float(y) for y in ys]
+    return list(got)
+
+
+def _load_running(page: Any) -> list[float]:
+    """Every value of the replica-load chart's "running" traces (its first subplot)."""
+    return [float(y) for y in _chart(page, "Replica load", "(t.yaxis || 'y') === 'y' ? t.y : []")]
 
 
 def test_the_now_url_opens_without_a_dialog_and_the_toolbar_is_minimal(
@@ -202,6 +207,12 @@ def test_progress_updates_live_while_a_rollout_runs(
     assert page.evaluate("window.__seer_no_reload") is True  # same document: no reload
     # the replica-load chart drew the job's own load: some replica ran sequences
     assert max(_load_running(page)) > 0
+    # the timeline drew every request's chunks (chunk_tokens 8: several per request), in
+    # one colour per replica
+    rows = _chart(page, "Requests over time", "t.y")
+    assert len(set(rows)) == 48 and len(rows) > 48
+    names = _chart(page, "Requests over time", "[t.name]")
+    assert {n.split(" ")[0] for n in names} == {"replica-0", "replica-1"}
     # the finished job's chart still shows its run, not the idle service's samples since (the
     # chart drew the last LOAD_WINDOW_S before the newest sample: a flat 0 line by now)
     time.sleep(LOAD_WINDOW_S + 2)

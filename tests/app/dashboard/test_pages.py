@@ -50,7 +50,7 @@ def test_now_shows_the_running_job(monkeypatch, filled_url: str, fake_service: F
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["tail (last 10%)"] == "-"  # not every request is done yet
     assert int(metrics["output tokens"].replace(",", "")) > 0
-    assert len(at.get("plotly_chart")) == 3
+    assert len(at.get("plotly_chart")) == 4  # finished, groups, load, timeline
     assert "Service " + fake_service.url in texts(at.caption) and "**ok**" in texts(at.caption)
     assert at.dataframe[0].value["replica"].tolist() == ["replica-0"]
 

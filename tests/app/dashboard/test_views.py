@@ -64,3 +64,29 @@ def test_only_changed_settings_are_sent() -> None:
     edit = {"enabled": True, "max_draft": 8, "min_token_prob": 0.1, "probe_priority": 3.0}
     assert tuning.changed(cur, edit) == {"probe_priority": 3.0}
     assert tuning.changed(cur, dict(cur)) == {}
+
+
+def test_timeline_draws_each_chunk_by_replica_hatched_where_it_speculated() -> None:
+    from app.store.views import ChunkSpan
+    from dashboard.views import timeline
+
+    job = _job(10, 40.0)  # started at 10.0
+    chunks = [
+        ChunkSpan("r1", "g", "replica-0", 10.0, 12.0, 8, 0, "chunk"),
+        ChunkSpan("r1", "g", "replica-1", 12.5, 15.0, 8, 6, "stop"),
+        ChunkSpan("r2", "g", "replica-0", 10.0, 30.0, 8, 0, "stop"),
+        ChunkSpan("r0", "g", "replica-0", None, 11.0, 8, 0, "stop"),  # before migration 0003
+    ]
+    times = [11.0, 12.0, 13.0, 20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 30.0]
+    fig = timeline.timeline_figure(job, chunks, [_req(t) for t in times], max_requests=200)
+    bars = {t.name: t for t in fig.data}
+    assert set(bars) == {"replica-0", "replica-1 · speculated"}
+    r0 = bars["replica-0"]
+    assert list(r0.y) == ["r1", "r2"] and list(r0.base) == [0.0, 0.0] and list(r0.x) == [2, 20]
+    spec = bars["replica-1 · speculated"]
+    assert spec.marker.pattern.shape == "/" and list(spec.base) == [2.5]
+    assert list(fig.layout.yaxis.categoryarray) == ["r1", "r2"]  # the last to end on top
+    (line,) = fig.layout.shapes
+    assert line.x0 == times[8] - job.started_at == 15.0  # rank ceil(0.9 n) finished: tail
+    empty = timeline.timeline_figure(job, [], [], max_requests=200)
+    assert not empty.data and "no chunk" in empty.layout.annotations[0].text

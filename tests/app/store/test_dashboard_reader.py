@@ -47,7 +47,9 @@ def _job(job: str, at: float, lengths: list[list[int]], state: str | None = "don
         for k, n in enumerate(ls):
             t += 1.0
             rid = f"{g.group_id}-r{k}"
-            out.append(ChunkDone(rid, g.group_id, "rep0", t, n, n, "stop", k == 0))
+            out.append(
+                ChunkDone(rid, g.group_id, "rep0", t, n, n, "stop", k == 0, t - 0.5, 2 * n * k)
+            )
             out.append(DraftStats(rid, g.group_id, "rep0", t, 2 * n, n // 2, n))
             out.append(
                 RequestFinished(
@@ -97,6 +99,19 @@ def test_requests_groups_and_estimates(url: str) -> None:
     assert (g1.first_max_estimate, g1.first_mean_estimate) == (30, 10)
     assert (g1.max_estimate, g1.mean_estimate, g1.estimate_finished) == (50, 12, 3)
     assert len(r.groups(["a", "b"])) == 4 and r.groups([]) == []
+
+
+def test_job_chunks_are_the_requests_that_ended_last(url: str) -> None:
+    r = StoreReader(url)
+    spans = r.job_chunks("a")
+    assert [c.request_id for c in spans] == sorted(c.request_id for c in spans)
+    assert len(spans) == 5 and {c.group_id for c in spans} == {"a-g0", "a-g1"}
+    for c in spans:
+        assert c.started_at == c.finished_at - 0.5 and c.replica_id == "rep0"
+    assert {c.request_id: c.drafted for c in spans}["a-g1-r2"] == 2 * 50 * 2
+    last2 = r.job_chunks("a", max_requests=2)  # the two that finished last: a-g1-r1, a-g1-r2
+    assert sorted(c.request_id for c in last2) == ["a-g1-r1", "a-g1-r2"]
+    assert r.job_chunks("nope") == []
 
 
 def test_job_timings_match_the_simulator_s_tail(url: str) -> None:

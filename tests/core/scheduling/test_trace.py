@@ -67,6 +67,32 @@ def test_every_request_and_group_is_reported_once() -> None:
     assert all(1 <= e.mean_estimate <= 10 and 1 <= e.max_estimate <= 10 for e in est)
 
 
+def test_each_chunk_records_its_own_dispatch_time_and_its_draft_tokens() -> None:
+    """The job timeline's bars: a chunk spans from its own dispatch (not the request's first)
+    to its return, and carries the draft tokens its engine reported."""
+    sink = CollectingSink()
+    now = [0.0]
+    plan = get_policy("context", SchedulerConfig(chunk_tokens=4))
+    s = Scheduler(plan.config, [ReplicaSpec("a", 10_000, 2)], sink=sink, clock=lambda: now[0])
+    s.submit([GroupSpec("g", ("r",), 12, 3)])
+    drafted = iter([5, 0, 7])
+    while not s.done:
+        now[0] += 10.0  # dispatched at 10, 30, 50
+        for d in s.schedule():
+            now[0] += 10.0  # back at 20, 40, 60
+            left = 12 - d.generated
+            reason = FinishReason.STOP if left <= d.max_new_tokens else FinishReason.CHUNK
+            s.complete(d.request_id, min(left, d.max_new_tokens), reason, next(drafted))
+    chunks = [e for e in sink.events if isinstance(e, ChunkDone)]
+    assert [(c.started_at, c.at, c.drafted) for c in chunks] == [
+        (10.0, 20.0, 5),
+        (30.0, 40.0, 0),
+        (50.0, 60.0, 7),
+    ]
+    (fin,) = sink.of(RequestFinished)
+    assert isinstance(fin, RequestFinished) and fin.started_at == 10.0  # the request's first
+
+
 def test_cancel_reports_cancelled_requests_and_the_group_once() -> None:
     sink = CollectingSink()
     s = _scheduler(sink)
