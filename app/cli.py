@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.commands import db, demo, e2e, exactness, models, replay, serve, simulate
+from app.commands import compare, db, demo, e2e, exactness, models, replay, serve, simulate
 from app.commands.help import SeerTyper
 
 HELP = """Seer rollout service for RL training: a trainer sends a batch of prompts and gets
@@ -30,6 +30,7 @@ serve.register(cli)
 demo.register(cli)
 replay.register(cli)
 e2e.register(cli)
+compare.register(cli)
 exactness.register(cli)
 db.register(cli)
 

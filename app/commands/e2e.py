@@ -194,14 +194,10 @@ def run_e2e(
     prompts, see the module docstring), stop; see the module invariant."""
     import tempfile
 
-    import httpx
-    import ray
-    from ray import serve
-
+    from app.bench.service import ServiceBench
     from app.config import AppConfig
     from app.engines.config import SimConfig
     from app.engines.sim_workload import sim_workload
-    from app.serve.builder import build_app
     from core.scheduling import DictLengthPrior, get_policy
     from core.sim.epochs import epoch_workload
     from core.sim.simulator import simulate, tail_time
@@ -243,48 +239,23 @@ def run_e2e(
     # the simulator on the same lengths, instance count and scheduler settings
     work = dataclasses.replace(w.work, spec=dataclasses.replace(w.work.spec, instances=replicas))
     tmp = tempfile.TemporaryDirectory(prefix="seer-e2e-") if iterations > 1 else None
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    bench = ServiceBench(port, num_cpus=2, healthy_timeout_s=600, rollout_timeout_s=86_400)
     results: dict[str, E2EResult] = {}
     per_iter: dict[str, list[IterationResult]] = {}
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        url = f"http://127.0.0.1:{port}"
-        client = httpx.Client(base_url=url, timeout=None)
-
-        def deploy(app_args: dict[str, Any], policy: str) -> None:
-            serve.run(build_app(app_args), name="seer", route_prefix="/", blocking=False)
-            deadline = time.monotonic() + 600
-            while True:
-                try:
-                    h = client.get("/healthz", timeout=10)
-                    if h.status_code == 200 and (h.json()["policy"], h.json()["status"]) == (
-                        policy,
-                        "ok",
-                    ):
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the app did not become healthy with policy {policy}")
-                time.sleep(0.5)
 
         def rollout(policy: str, extra: dict[str, Any]) -> tuple[list[float], int, int]:
-            r = client.post(
-                "/v1/rollouts",
-                json={
+            run = bench.rollout(
+                {
                     "prompts": prompts,
                     "group_size": w.group_size,
                     "max_tokens": w.max_tokens,
                     "logprobs": False,
                     "chat_template": False,
-                    "wait": True,
                     **extra,
-                },
+                }
             )
-            if r.status_code != 200:
-                raise RuntimeError(f"policy {policy}: HTTP {r.status_code}: {r.text[:1000]}")
-            resp = [x for g in r.json()["groups"] for x in g["responses"]]
-            return [x["finished_after_s"] for x in resp], sum(x["length"] for x in resp), len(resp)
+            return run.ends, run.output_tokens, len(run.ends)
 
         def result(policy: str, ends: list[float], tokens: int, n: int, s: Any) -> E2EResult:
             makespan = max(ends)
@@ -302,7 +273,7 @@ def run_e2e(
 
         for policy in policies:
             if iterations == 1:
-                deploy({**args, "policy": policy}, policy)
+                bench.deploy({**args, "policy": policy}, policy)
                 say(f"{policy}: {requests} requests on {replicas} sim replicas ...")
                 ends, tokens, n = rollout(policy, {})
                 say(f"{policy}: simulating the same workload ...")
@@ -326,7 +297,7 @@ def run_e2e(
                         "store": {"enabled": True, "database_url": db},
                         "engine": {**args["engine"], "sim": {**args["engine"]["sim"], "epoch": e}},
                     }
-                    deploy(app_args, policy)
+                    bench.deploy(app_args, policy)
                     # what the store holds now (iterations 0..e-1; wait for their last writes)
                     want = min(w.group_size * e, prior_limit)
                     deadline = time.monotonic() + 120
@@ -344,10 +315,10 @@ def run_e2e(
                                 f"{want} lengths for {len(short)} prompts"
                             )
                         time.sleep(0.5)
-                    found0 = _prior_found(client.get("/metrics").text)
+                    found0 = _prior_found(bench.metrics_text())
                     say(f"{policy}: iteration {e}: {requests} requests on {replicas} replicas ...")
                     ends, tokens, n = rollout(policy, {"prompt_ids": prompt_ids, "iteration": e})
-                    found = _prior_found(client.get("/metrics").text) - found0
+                    found = _prior_found(bench.metrics_text()) - found0
                     say(f"{policy}: iteration {e}: simulating the same lengths ...")
                     we = epoch_workload(work, e, seed)
                     prior = DictLengthPrior({k: v for k, v in recorded.items() if v})
@@ -370,8 +341,7 @@ def run_e2e(
             finally:
                 reader.close()
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        bench.close()
         if tmp is not None:
             tmp.cleanup()
     return E2EReport(workload, scale, replicas, time_scale, requests, results, per_iter)
