@@ -3,8 +3,9 @@
 # background with serve_config.yaml (serve_config.gpu.yaml when the gpu extra is installed:
 # nvidia-smi sees a GPU, or SEER_EXTRA=gpu; one engine replica per GPU, at most 8) and the
 # dashboard next to it, send a demo rollout, print where to look.
-#   ./run.sh         start (or reuse a running app and dashboard) and send the demo rollout
-#   ./run.sh stop    stop the dashboard and the app
+#   ./run.sh [SERVE OPTIONS]  start (or reuse a running app and dashboard), send the demo rollout;
+#                             options go to `seer serve` (e.g. --policy verl for the baseline)
+#   ./run.sh stop             stop the dashboard and the app
 # SEER_DASHBOARD_PORT (default 8501) moves the dashboard.
 source "$(dirname "$0")/scripts/common.sh"
 cd "$ROOT"
@@ -43,12 +44,14 @@ ensure_models
 
 if running && curl -fs "$URL/healthz" >/dev/null 2>&1; then
   say "Serve app already running (pid $(cat "$PID_FILE"))"
+  (( $# == 0 )) || say "note: options $* not applied to the running app (./run.sh stop first)"
 else
   SERVE_ARGS=(--config serve_config.yaml)
   if [[ "$(seer_extra)" == gpu ]]; then
     gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
     SERVE_ARGS=(--config serve_config.gpu.yaml --num-replicas "$(( gpus < 8 ? (gpus > 0 ? gpus : 1) : 8 ))")
   fi
+  SERVE_ARGS+=("$@")
   say "starting Serve app (${SERVE_ARGS[*]}); log: $LOG"
   nohup "$VENV/bin/seer" serve "${SERVE_ARGS[@]}" >"$LOG" 2>&1 &
   echo $! >"$PID_FILE"
@@ -105,5 +108,7 @@ cat <<MSG
   Dashboard     $DASH_URL   (Now, Speculation, History, Tuning; docs/dashboard.md)
   Serve log     $LOG
   Dashboard log $DASH_LOG
+  seer command  $VENV/bin/seer --help   (source .venv/bin/activate puts it on PATH)
+  Baseline      ./run.sh stop; ./run.sh --policy verl   (seer compare measures both)
   Stop          ./run.sh stop   (dashboard and app)
 MSG

@@ -41,6 +41,7 @@ from app.api import GroupResult, JobState, JobStatus
 from app.config import ServiceConfig
 from app.rollout import JobPlan, RequestRun, assemble_group
 from app.serve.detached import detached
+from app.serve.job_book import JobBook
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
 from app.serve.speculation import SharedDrafts, SpeculationControl, SpeculationState
@@ -163,14 +164,12 @@ class Dispatcher:
         self.replicas = [_Replica(rid) for rid in links.replica_ids]
         self.weights = WeightsState(version=0)  # engines start with the configured model
         self.scheduler = self._new_scheduler(plan)
-        self.jobs: dict[str, Job] = {}
+        self.book = JobBook(config.limits, config.job_ttl_s, config.request_timeout_s)
         self._inbox: deque[Job] = deque()
         self._completed: deque[tuple[_InFlight, ChunkResult | BaseException]] = deque()
         self._in_flight: dict[str, _InFlight] = {}  # request id -> its chunk
         self._request_job: dict[str, Job] = {}  # request id -> its job, while the job is open
         self._groups: set[str] = set()  # ids of the groups in the scheduler (not released)
-        self._open: set[str] = set()  # ids of jobs not yet terminal
-        self._next_expiry = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()  # set while no job is open
@@ -258,19 +257,6 @@ class Dispatcher:
         """Accept a job or raise ``JobError`` (422 too large, 429 over a total, 503 closing)."""
         if not self.accepting:
             raise JobError(503, "the service is shutting down; not accepting rollouts")
-        lim = self.config.limits
-        if plan.requests > lim.max_job_requests:
-            raise JobError(
-                422,
-                f"prompts x group_size = {plan.requests} requests exceeds "
-                f"max_job_requests={lim.max_job_requests}",
-            )
-        if plan.token_budget > lim.max_job_tokens:
-            raise JobError(
-                422,
-                f"requests x max_tokens = {plan.token_budget} exceeds "
-                f"max_job_tokens={lim.max_job_tokens}",
-            )
         need = max(len(g.prompt) for g in plan.groups) + plan.max_tokens
         room = max(self._spec(i).kv_capacity_tokens for i in range(len(self.replicas)))
         if self.plan.config.divided and need > room:
@@ -279,45 +265,16 @@ class Dispatcher:
                 f"a response needs up to {need} KV tokens (prompt + max_tokens) but the largest "
                 f"replica holds {room}",
             )
-        if plan.job_id in self.jobs:
-            raise JobError(409, f"job {plan.job_id!r} exists")
-        open_jobs = [self.jobs[j] for j in self._open]
-        totals = (
-            ("max_open_jobs", len(open_jobs) + 1, lim.max_open_jobs),
-            (
-                "max_open_requests",
-                sum(j.plan.requests for j in open_jobs) + plan.requests,
-                lim.max_open_requests,
-            ),
-            (
-                "max_open_tokens",
-                sum(j.plan.token_budget for j in open_jobs) + plan.token_budget,
-                lim.max_open_tokens,
-            ),
-        )
-        for name, value, limit in totals:
-            if value > limit:
-                raise JobError(
-                    429,
-                    f"the service is at its limit {name}={limit} (this job would make it "
-                    f"{value}); retry later",
-                    retry_after_s=lim.retry_after_s,
-                )
+        self.book.check(plan)  # 422 per-job limits, 409 id held, 429 open totals
         job = Job(plan=plan, policy=self.policy)
-        self.jobs[job.id] = job
-        self._open.add(job.id)
+        self.book.add(job)
         self._idle.clear()
         self._inbox.append(job)
         self._wake.set()
         return job
 
     def get(self, job_id: str) -> Job:
-        try:
-            return self.jobs[job_id]
-        except KeyError:
-            raise JobError(
-                404, f"no job {job_id!r} (unknown, or expired after job_ttl_s)"
-            ) from None
+        return self.book.get(job_id)
 
     def status(self, job_id: str) -> JobStatus:
         return self.get(job_id).status(self.metrics.rate(time.time()))
@@ -341,10 +298,10 @@ class Dispatcher:
 
     def cancel_all(self, error: str) -> list[str]:
         """Cancel every open job (``/abort_request`` with ``abort_all``); returns their ids."""
-        ids = sorted(self._open)
-        for job_id in ids:
-            self._end(self.jobs[job_id], JobState.CANCELLED, error)
-        return ids
+        jobs = self.book.open_jobs()
+        for job in jobs:
+            self._end(job, JobState.CANCELLED, error)
+        return sorted(j.id for j in jobs)
 
     def groups_so_far(self, job: Job) -> list[GroupResult]:
         """Every group of ``job`` in prompt order: finished ones as reported, the others as far
@@ -399,7 +356,7 @@ class Dispatcher:
 
     def _finish(self, job: Job, state: JobState, error: str | None = None) -> None:
         job.finish(state, error)
-        self._open.discard(job.id)
+        self.book.closed(job)
         for rid in job.plan.runs:
             self._request_job.pop(rid, None)
         self.metrics.jobs_total.labels(state.value).inc()
@@ -416,7 +373,7 @@ class Dispatcher:
                     job.error,
                 )
             )
-        if not self._open:
+        if not self.book.open_count:
             self._idle.set()
         self._wake.set()
 
@@ -552,8 +509,7 @@ class Dispatcher:
     def _restart_partial(self) -> int:
         """Start over every unfinished request holding tokens (no chunk is in flight)."""
         n = 0
-        for job_id in self._open:
-            job = self.jobs[job_id]
+        for job in self.book.open_jobs():
             if job.state is not JobState.RUNNING:
                 continue
             for rid, run in job.plan.runs.items():
@@ -579,17 +535,17 @@ class Dispatcher:
                 self._step()
             except Exception:  # a bug must not kill the service's only loop silently
                 log.exception("dispatch step failed")
-                for job_id in list(self._open):
-                    self._end(self.jobs[job_id], JobState.FAILED, "internal dispatch error (logs)")
+                for job in self.book.open_jobs():
+                    self._end(job, JobState.FAILED, "internal dispatch error (logs)")
 
     def _step(self) -> None:
         now = time.time()
         while self._completed:
             flight, outcome = self._completed.popleft()
             self._on_chunk_done(flight, outcome, now)
-        if now >= self._next_expiry:
-            self._next_expiry = now + 1.0
-            self._expire(now)
+        for job in self.book.expire(now):
+            timeout = self.config.request_timeout_s
+            self._end(job, JobState.CANCELLED, f"job exceeded request_timeout_s={timeout:g}")
         self._apply_pending_policy()
         if self._pending_plan is None:
             while self._inbox:
@@ -606,7 +562,7 @@ class Dispatcher:
 
     @property
     def open_jobs(self) -> int:
-        return len(self._open)
+        return self.book.open_count
 
     def _admit(self, job: Job, now: float) -> None:
         """Put the job's groups in the scheduler; a group whose id is open already (the same
@@ -742,20 +698,6 @@ class Dispatcher:
             self._finish(job, JobState.DONE)
         else:
             job.touch()
-
-    def _expire(self, now: float) -> None:
-        ttl = self.config.job_ttl_s
-        timeout = self.config.request_timeout_s
-        for job in list(self.jobs.values()):
-            if job.state.terminal:
-                if job.finished_at is not None and now - job.finished_at > ttl:
-                    del self.jobs[job.id]
-            elif now - job.created_at > timeout:
-                self._end(
-                    job,
-                    JobState.CANCELLED,
-                    f"job exceeded request_timeout_s={timeout:g}",
-                )
 
     # ------------------------------------------------------------------ replicas
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
@@ -912,12 +854,13 @@ class Dispatcher:
         """Stop accepting; give open jobs ``grace_s`` to finish, cancel the rest and wait
         (bounded) for their aborted chunks to report. Returns how many jobs were cancelled."""
         self.accepting = False
-        if self._open:
+        if self.book.open_count:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), grace_s)
-        cancelled = len(self._open)
-        for job_id in list(self._open):
-            self._end(self.jobs[job_id], JobState.CANCELLED, "the service shut down")
+        left = self.book.open_jobs()
+        for job in left:
+            self._end(job, JobState.CANCELLED, "the service shut down")
+        cancelled = len(left)
         self._quiet.clear()
         self._wake.set()
         if self._in_flight:  # aborted chunks report within the call timeout
@@ -929,7 +872,7 @@ class Dispatcher:
     def render_metrics(self) -> bytes:
         m = self.metrics
         states = {s: 0 for s in JobState}
-        for job in self.jobs.values():
+        for job in self.book.jobs.values():
             states[job.state] += 1
         for state, n in states.items():
             m.jobs.labels(state.value).set(n)

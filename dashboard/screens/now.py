@@ -12,7 +12,7 @@ from dashboard.client import ServiceError
 from dashboard.config import DashboardConfig
 from dashboard.refresh import NowData, now_page
 from dashboard.views import now as v
-from dashboard.views.common import num
+from dashboard.views.common import num, seconds
 
 
 def render() -> None:
@@ -46,7 +46,7 @@ def _job(d: NowData) -> None:
     c[1].metric("output tokens", f"{p.output_tokens:,}")
     c[2].metric("tokens / s", f"{p.tokens_per_s:,.0f}")
     c[3].metric("groups done", f"{sum(1 for g in d.groups if g.final_lengths)} / {len(d.groups)}")
-    c[4].metric("tail (last 10%)", "-" if p.tail_s is None else f"{p.tail_s:,.1f} s")
+    c[4].metric("tail (last 10%)", seconds(p.tail_s))
     if job.error:
         st.warning(f"Job error: {job.error}")
     left, right = st.columns(2)

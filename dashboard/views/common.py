@@ -53,5 +53,13 @@ def num(x: float | None, digits: int = 2) -> str:
     return f"{x:,.{digits}f}"
 
 
+def seconds(x: float | None) -> str:
+    """A duration for a metric or cell: 2 decimals below 10 s (a tail of a few ms is shown
+    as 0.01 s, not as 0.0 s next to a visible spread), 1 above; "-" when unknown."""
+    if x is None or math.isnan(x):
+        return "-"
+    return f"{x:,.2f} s" if abs(x) < 10 else f"{x:,.1f} s"
+
+
 def geomean(xs: list[int] | tuple[int, ...]) -> float:
     return math.exp(sum(math.log(max(x, 1)) for x in xs) / len(xs))

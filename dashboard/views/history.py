@@ -61,7 +61,7 @@ def table(rows: list[JobSummary]) -> list[dict[str, object]]:
             "requests": s.requests,
             "output tokens": s.output_tokens,
             "rollout s": num(s.rollout_s, 1),
-            "tail s": num(s.tail_s, 1),
+            "tail s": num(s.tail_s, 2 if s.tail_s is not None and s.tail_s < 10 else 1),
             "tail share": num(s.tail_share, 2),
             "tokens/s": num(s.tokens_per_s, 0),
         }

@@ -450,7 +450,7 @@ def test_job_past_request_timeout_is_cancelled_and_expires_after_ttl() -> None:
         assert job.state is JobState.CANCELLED and "request_timeout_s" in (job.error or "")
         assert d.get("slow") is job  # readable for job_ttl_s after it ended
         deadline = time.monotonic() + 30  # then it expires (the loop checks once a second)
-        while "slow" in d.jobs:
+        while "slow" in d.book.jobs:
             assert time.monotonic() < deadline, "the job never expired"
             d._wake.set()
             await asyncio.sleep(0.1)

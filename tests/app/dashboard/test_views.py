@@ -90,3 +90,12 @@ def test_timeline_draws_each_chunk_by_replica_hatched_where_it_speculated() -> N
     assert line.x0 == times[8] - job.started_at == 15.0  # rank ceil(0.9 n) finished: tail
     empty = timeline.timeline_figure(job, [], [], max_requests=200)
     assert not empty.data and "no chunk" in empty.layout.annotations[0].text
+
+
+def test_short_tails_keep_their_milliseconds() -> None:
+    """The demo's last 10% of requests all hit max_tokens in one engine step: a tail of 8 ms
+    read "0.0 s"; it reads 0.01 s now, and long ones keep one decimal."""
+    from dashboard.views.common import seconds
+
+    assert seconds(0.008) == "0.01 s" and seconds(1.234) == "1.23 s"
+    assert seconds(1234.56) == "1,234.6 s" and seconds(None) == "-"

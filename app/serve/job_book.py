@@ -1,0 +1,121 @@
+"""The jobs the service holds: admission limits, lookup, expiry (no Ray, no event loop).
+
+Invariants:
+- A job is *open* from ``add`` until ``closed``; it is *held* (readable by id) from ``add``
+  until ``job_ttl_s`` after it ended, then ``expire`` drops it (404 from then on).
+- ``check`` refuses a job before anything of it exists: 422 for one larger than a per-job
+  limit, 409 for an id held already, 429 (with ``retry_after_s``) when adding it would take an
+  open total (jobs, requests, requests x max_tokens) past its limit. So the open totals never
+  exceed their limits.
+- ``expire`` scans at most once per ``scan_period_s``; it returns the open jobs older than
+  ``request_timeout_s`` for the caller to cancel (ending a job is the dispatcher's: it holds
+  the scheduler and the chunks).
+"""
+
+from __future__ import annotations
+
+from app.config import ServiceLimits
+from app.rollout import JobPlan
+from app.serve.jobs import Job, JobError
+
+
+class JobBook:
+    """Held and open jobs, see the module invariants."""
+
+    def __init__(
+        self,
+        limits: ServiceLimits,
+        job_ttl_s: float,
+        request_timeout_s: float,
+        scan_period_s: float = 1.0,
+    ) -> None:
+        self.limits = limits
+        self.job_ttl_s = job_ttl_s
+        self.request_timeout_s = request_timeout_s
+        self.scan_period_s = scan_period_s
+        self.jobs: dict[str, Job] = {}  # held, by id
+        self._open: dict[str, Job] = {}  # open, in submission order
+        self._next_scan = 0.0
+
+    # ------------------------------------------------------------------ admission
+    def check(self, plan: JobPlan) -> None:
+        """Raise ``JobError`` unless ``plan`` may be added now (see the module invariants)."""
+        lim = self.limits
+        if plan.requests > lim.max_job_requests:
+            raise JobError(
+                422,
+                f"prompts x group_size = {plan.requests} requests exceeds "
+                f"max_job_requests={lim.max_job_requests}",
+            )
+        if plan.token_budget > lim.max_job_tokens:
+            raise JobError(
+                422,
+                f"requests x max_tokens = {plan.token_budget} exceeds "
+                f"max_job_tokens={lim.max_job_tokens}",
+            )
+        if plan.job_id in self.jobs:
+            raise JobError(409, f"job {plan.job_id!r} exists")
+        open_jobs = self._open.values()
+        totals = (
+            ("max_open_jobs", len(self._open) + 1, lim.max_open_jobs),
+            (
+                "max_open_requests",
+                sum(j.plan.requests for j in open_jobs) + plan.requests,
+                lim.max_open_requests,
+            ),
+            (
+                "max_open_tokens",
+                sum(j.plan.token_budget for j in open_jobs) + plan.token_budget,
+                lim.max_open_tokens,
+            ),
+        )
+        for name, value, limit in totals:
+            if value > limit:
+                raise JobError(
+                    429,
+                    f"the service is at its limit {name}={limit} (this job would make it "
+                    f"{value}); retry later",
+                    retry_after_s=lim.retry_after_s,
+                )
+
+    def add(self, job: Job) -> None:
+        """Hold ``job`` and count it open (``check`` first)."""
+        self.jobs[job.id] = job
+        self._open[job.id] = job
+
+    def closed(self, job: Job) -> None:
+        """``job`` ended: no longer open, still held for ``job_ttl_s``."""
+        self._open.pop(job.id, None)
+
+    # ------------------------------------------------------------------ lookup
+    def get(self, job_id: str) -> Job:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise JobError(
+                404, f"no job {job_id!r} (unknown, or expired after job_ttl_s)"
+            ) from None
+
+    def open_jobs(self) -> list[Job]:
+        """The open jobs, in submission order (a copy: ending them while iterating is fine)."""
+        return list(self._open.values())
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    # ------------------------------------------------------------------ expiry
+    def expire(self, now: float) -> list[Job]:
+        """Drop the ended jobs past ``job_ttl_s``; return the open ones past
+        ``request_timeout_s`` (nothing before the next scan is due)."""
+        if now < self._next_scan:
+            return []
+        self._next_scan = now + self.scan_period_s
+        for job in list(self.jobs.values()):
+            if (
+                job.state.terminal
+                and job.finished_at is not None
+                and now - job.finished_at > self.job_ttl_s
+            ):
+                del self.jobs[job.id]
+        return [j for j in self._open.values() if now - j.created_at > self.request_timeout_s]
