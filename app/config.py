@@ -34,6 +34,11 @@ def _servable(name: str) -> bool:
 SERVICE_POLICIES = tuple(name for name in POLICIES if _servable(name))
 
 
+#: The policy of a config that names none: divided rollout + context-aware ordering, which needs
+#: no speculating engine (on CPU speculation costs more than it saves; the GPU config runs seer).
+DEFAULT_POLICY = "context"
+
+
 def check_policy(name: str) -> str:
     """``name`` if the service can run it, else ValueError naming the valid names."""
     if name not in SERVICE_POLICIES:
@@ -259,8 +264,9 @@ class ServiceConfig(BaseModel):
 
 class AppConfig(ServiceConfig):
     policy: str = Field(
-        "verl",
-        description="scheduling policy of the service (SERVICE_POLICIES); live-changeable",
+        DEFAULT_POLICY,
+        description="scheduling policy of the service (SERVICE_POLICIES); live-changeable; "
+        "default context (serve_config.gpu.yaml: seer); verl is the baseline",
     )
     speculation: DraftSettings | None = Field(
         None,
@@ -287,7 +293,7 @@ class SchedulerUserConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: str = Field("verl", description="scheduling policy (SERVICE_POLICIES)")
+    policy: str = Field(DEFAULT_POLICY, description="scheduling policy (SERVICE_POLICIES)")
     speculation: DraftSettings | None = Field(
         None, description="drafting settings for every replica, live; None = leave as they are"
     )

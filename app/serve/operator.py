@@ -79,9 +79,14 @@ def authorize(token: str | None, authorization: str | None) -> None:
             403,
             f"operator changes are disabled: set {TOKEN_ENV} (or operator_token in the config)",
         )
-    if not authorization:
+    if bearer(authorization) is None:  # none, or not a bearer token: as DELETE answers it
         raise HTTPException(
-            401, "missing Authorization: Bearer <token>", headers={"WWW-Authenticate": "Bearer"}
+            401,
+            "missing Authorization: Bearer <token>"
+            + (
+                f" (got a {authorization.partition(' ')[0][:20]!r} header)" if authorization else ""
+            ),
+            headers={"WWW-Authenticate": "Bearer"},
         )
     if not is_operator(token, authorization):  # bytes compared: non-ASCII is no TypeError
         raise HTTPException(403, "wrong operator token")

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from ray import serve
 
 from app.api import GroupResult, JobState, JobStatus
-from app.config import SchedulerUserConfig, ServiceConfig
+from app.config import DEFAULT_POLICY, SchedulerUserConfig, ServiceConfig
 from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve import logs
@@ -166,7 +166,7 @@ class SeerScheduler:
         self.dispatcher = Dispatcher(
             links,
             config,
-            config.resolve_policy("verl"),
+            config.resolve_policy(DEFAULT_POLICY),
             sink=self.store.writer if self.store else None,
             prior=self.store.prior if self.store else None,
             drafts=self.drafts,

@@ -112,7 +112,7 @@ def test_serve_config_loads_with_overrides(tmp_path: Path) -> None:
         Path("serve_config.yaml"), {"engine.model": "tiny-llama", "num_replicas": 3, "policy": None}
     )
     assert cfg.num_replicas == 3 and cfg.engine.model == "tiny-llama"
-    assert cfg.engine.backend == "vllm" and cfg.policy == "verl"
+    assert cfg.engine.backend == "vllm" and cfg.policy == "context"  # the CPU default
     assert cfg.replica_num_cpus <= 0.5  # 2-core machines deadlock with 1 CPU per deployment
     bad = tmp_path / "bad.yaml"
     bad.write_text("applications:\n  - args:\n      num_replicas: 0\n")

@@ -23,7 +23,8 @@ from app.serve.operator import (
         ("s3cret", None, 401),
         ("s3cret", "", 401),
         ("s3cret", "Bearer nope", 403),
-        ("s3cret", "Basic s3cret", 403),
+        ("s3cret", "Basic s3cret", 401),  # not a bearer token: no credentials (as DELETE)
+        ("s3cret", "Bearer ", 401),
         ("s3cret", "Bearer s3cret", None),
         ("s3cret", "bearer  s3cret ", None),
     ],
