@@ -24,6 +24,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field, ValidationError
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from swagger_ui_bundle import swagger_ui_path
 
 from app.api import (
@@ -144,6 +146,23 @@ def _json_safe(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float):
         return value
     return repr(value)
+
+
+@api.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    """FastAPI's own answer to an HTTP error, but a 405's ``Allow`` names every method of the
+    path: each route holds one method, and Starlette listed only the first matching route's."""
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        allow: set[str] = set()
+        for route in api.router.routes:
+            methods = getattr(route, "methods", None)
+            if methods and route.matches(request.scope)[0] is not Match.NONE:
+                allow |= set(methods)
+        headers["Allow"] = ", ".join(sorted(allow))
+    if exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=headers)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
 
 @api.exception_handler(RequestValidationError)

@@ -439,6 +439,24 @@ def test_a_non_ascii_bearer_token_is_refused_not_a_500(client: httpx.Client) -> 
         assert r.status_code == 403, r.text
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("POST", "/v1/rollouts/abc", "DELETE, GET"),
+        ("DELETE", "/v1/speculation", "GET, PUT"),
+        ("PUT", "/v1/weights", "GET, POST"),
+        ("GET", "/v1/rollouts", "POST"),
+    ],
+)
+def test_a_405_allows_every_method_of_the_path(
+    client: httpx.Client, method: str, path: str, allow: str
+) -> None:
+    """Starlette's 405 named only the first matching route's method (one route per method)."""
+    r = client.request(method, path)
+    assert r.status_code == 405 and r.headers["allow"] == allow, (r.headers, r.text)
+    assert r.json()["detail"] == "Method Not Allowed"
+
+
 def test_concurrent_speculation_puts_all_land(url: str) -> None:
     """Each PUT changes one field; the ingress read, merged and wrote the settings outside the
     scheduler's lock, so concurrent PUTs overwrote each other's fields. Now the patch is merged
