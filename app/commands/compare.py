@@ -80,6 +80,7 @@ def run_compare(
     seed: int,
     port: int,
     say: Any = print,
+    chunk_tokens: int | None = None,
 ) -> dict[str, Any]:
     """See the module invariant."""
     from app.bench.service import ServiceBench
@@ -87,7 +88,7 @@ def run_compare(
     from app.config import AppConfig
     from core.sim.simulator import tail_time
 
-    base = load_serve_file(config, {}).config
+    base = load_serve_file(config, {"chunk_tokens": chunk_tokens}).config
     # validated per policy before Ray starts (a bad name is an error naming it)
     configs = {p: AppConfig.model_validate({**base.model_dump(), "policy": p}) for p in policies}
     cfg = configs[policies[0]]
@@ -166,6 +167,9 @@ def compare(
     ] = 3,
     seed: Annotated[int, typer.Option(min=0, help="sampling seed of repeat 0 (+1 per repeat)")] = 0,
     port: Annotated[int, typer.Option(help="HTTP port of the app")] = 8012,
+    chunk_tokens: Annotated[
+        int | None, typer.Option(min=1, help="override the config's chunk_tokens")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run the shipped config's app under each policy side by side (same prompts and seeds) on
@@ -188,7 +192,14 @@ def compare(
     try:
         with contextlib.redirect_stdout(sys.stderr):  # Ray prints; stdout is the report
             report = run_compare(
-                config, names, [WORKLOADS[w] for w in shapes], repeats, seed, port, say
+                config,
+                names,
+                [WORKLOADS[w] for w in shapes],
+                repeats,
+                seed,
+                port,
+                say,
+                chunk_tokens,
             )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

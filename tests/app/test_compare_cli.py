@@ -32,12 +32,13 @@ def test_compare_runs_each_policy_on_the_same_seeds(tmp_path: Path) -> None:
     exe = shutil.which("seer") or str(Path(sys.executable).parent / "seer")
     out = subprocess.run(
         [exe, "compare", "--config", str(_config(tmp_path)), "--policies", "verl,context",
-         "--repeats", "2", "--port", str(free_port()), "--json"],
+         "--repeats", "2", "--chunk-tokens", "8", "--port", str(free_port()), "--json"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert data["backend"] == "fake" and data["replicas"] == 2 and data["repeats"] == 2
+    assert data["chunk_tokens"] == 8  # the override over the file's 16
     assert list(data["workloads"]) == ["demo", "long-tail"]
     for w in data["workloads"].values():
         verl, context = w["policies"]["verl"], w["policies"]["context"]
