@@ -4,8 +4,11 @@ a longer-tail one; prints wall makespan, tail and throughput per policy and the 
 ``verl``. The README's figure for the default policy comes from this command.
 
 Invariant: every policy of a repeat runs the same prompts with the same seed (seeded per
-response and chunk position, ``app.rollout``), so the policies generate the same tokens up to
-floating-point batch effects and differ only in where and when they run them; the policy is
+response and chunk position, ``app.rollout``). Where no policy cuts a response (``chunk_tokens``
+>= ``max_tokens``) they generate the same tokens and differ only in where and when they run
+them; a response cut into chunks is reseeded at each chunk's position on vLLM, so it is another
+sample of the same distribution (the report lists each run's output tokens: compare tok/s then,
+not only makespans). The policy is
 switched by redeploying with only it changed (the scheduler's ``user_config``: engines keep
 running); the order of the policies alternates between repeats, so a drift of the machine's
 speed favours none; a warm-up rollout runs first and is not measured.
