@@ -7,9 +7,9 @@ NaN/Infinity are rejected with 422 naming the field (never coerced, never a 500)
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from core.engine import SamplingParams
 
@@ -18,6 +18,12 @@ STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 #: Token ids of a prompt: non-negative ints (booleans are not ids).
 TokenIds = list[int]
+#: A prompt of a request: text or token ids, not empty (the ingress's 422 "prompt is empty",
+#: said in the schema too).
+PromptText = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1})]
+PromptIds = Annotated[
+    TokenIds, WithJsonSchema({"type": "array", "items": {"type": "integer"}, "minItems": 1})
+]
 
 
 def lone_surrogate(value: Any, path: str = "") -> str | None:
@@ -70,7 +76,7 @@ class RolloutRequest(ClientRequest):
 
     model_config = STRICT
 
-    prompts: list[str | TokenIds] = Field(
+    prompts: list[PromptText | PromptIds] = Field(
         min_length=1,
         max_length=4096,
         description="text prompts, or prompts already tokenized (lists of token ids)",

@@ -15,13 +15,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.api import ClientRequest, GroupResult, RolloutRequest
+from app.api import ClientRequest, GroupResult, PromptIds, PromptText, RolloutRequest
 from app.compat.native import native_rollout
 from app.compat.stop import cut_at_stop
 from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE
 
-Prompt = str | list[int] | list[str] | list[list[int]]
+Prompt = PromptText | PromptIds | list[PromptText] | list[PromptIds]
 
 
 class CompletionRequest(ClientRequest):

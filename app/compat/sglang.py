@@ -47,7 +47,19 @@ class SGLangSampling(BaseModel):
 
 
 class GenerateRequest(ClientRequest):
-    model_config = _STRICT
+    # the schema says what _one_input checks: exactly one of input_ids and text, not null
+    model_config = ConfigDict(
+        **_STRICT,
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["input_ids"], "properties": {"input_ids": {"type": "array",
+                                                                         "minItems": 1},
+                                                           "text": {"type": "null"}}},
+                {"required": ["text"], "properties": {"text": {"type": ["string", "array"]},
+                                                      "input_ids": {"type": "null"}}},
+            ]
+        },
+    )  # fmt: skip
 
     input_ids: list[int] | list[list[int]] | None = None
     text: str | list[str] | None = None
@@ -107,7 +119,16 @@ class GenerateRequest(ClientRequest):
 
 
 class AbortRequest(ClientRequest):
-    model_config = _STRICT
+    # the schema says what _what checks: a rid, or abort_all true
+    model_config = ConfigDict(
+        **_STRICT,
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["rid"], "properties": {"rid": {"minLength": 1}}},
+                {"required": ["abort_all"], "properties": {"abort_all": {"const": True}}},
+            ]
+        },
+    )
 
     rid: str = Field("", max_length=128, description="the call to abort ('' with abort_all)")
     abort_all: bool = False

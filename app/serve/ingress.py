@@ -107,6 +107,7 @@ class ErrorBody(BaseModel):
 
 
 _ERROR_TEXT = {
+    400: "the body is not JSON text (FastAPI could not parse it)",
     401: "no bearer token (Authorization: Bearer <token>)",
     403: "a token that may not do this",
     404: "no such job (unknown, or expired after job_ttl_s)",
@@ -130,7 +131,7 @@ def _errors(*codes: int, body: bool = True) -> dict[int | str, dict[str, Any]]:
     }
 
 
-_BODY_ERRORS = (408, 413)  # any route with a body (app.serve.body_limits)
+_BODY_ERRORS = (400, 408, 413)  # any route with a body (app.serve.body_limits; 400: not JSON)
 
 
 def _json_safe(value: Any) -> Any:

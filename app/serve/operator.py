@@ -22,6 +22,7 @@ from fastapi import HTTPException
 from pydantic import ConfigDict, Field
 
 from app.api import ClientRequest
+from core.drafting.speculate import MAX_DRAFT_TOKENS
 from core.drafting.step_drafter import DraftSettings
 
 TOKEN_ENV = "SEER_OPERATOR_TOKEN"
@@ -34,7 +35,17 @@ class SpeculationUpdate(ClientRequest):
 
     settings: dict[str, Any] = Field(
         description="any of: enabled (bool), max_draft (1..64, capped by the engine's K), "
-        "min_token_prob ([0, 1]), adaptive (bool), probe_priority (>= 1)"
+        "min_token_prob ([0, 1]), adaptive (bool), probe_priority (>= 1)",
+        json_schema_extra={  # what settings_patch checks, for clients and fuzzers
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "max_draft": {"type": "integer", "minimum": 1, "maximum": MAX_DRAFT_TOKENS},
+                "min_token_prob": {"type": "number", "minimum": 0, "maximum": 1},
+                "adaptive": {"type": "boolean"},
+                "probe_priority": {"type": "number", "minimum": 1},
+            },
+            "additionalProperties": False,
+        },
     )
     reason: str | None = Field(None, max_length=500, description="why (kept in the audit log)")
 
@@ -106,6 +117,7 @@ def settings_patch(update: SpeculationUpdate) -> dict[str, Any]:
                 {
                     "loc": ["body", "settings", unknown[0]],
                     "msg": f"unknown setting; valid: {', '.join(sorted(known))}",
+                    "type": "value_error",
                 }
             ],
         )
@@ -134,4 +146,6 @@ _TYPES = {f.name: str(f.type) for f in dataclasses.fields(DraftSettings)}
 
 
 def _bad(name: str, msg: str) -> HTTPException:
-    return HTTPException(422, [{"loc": ["body", "settings", name], "msg": msg}])
+    return HTTPException(
+        422, [{"loc": ["body", "settings", name], "msg": msg, "type": "value_error"}]
+    )

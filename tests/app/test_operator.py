@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from app.serve.operator import (
     configured_token,
     settings_patch,
 )
+from core.drafting.step_drafter import DraftSettings
 
 
 @pytest.mark.parametrize(
@@ -70,3 +72,23 @@ def test_bad_updates_are_422_naming_the_field(settings: dict[str, Any], field: s
         settings_patch(SpeculationUpdate(settings=settings))
     assert exc.value.status_code == 422
     assert exc.value.detail[0]["loc"] == ["body", "settings", field]
+
+
+def test_the_published_schema_states_the_cross_field_rules() -> None:
+    """Rules the handlers check, in /openapi.json too (schemathesis found schema-valid requests
+    refused): one of input_ids and text, a rid or abort_all, no empty prompt, the known
+    speculation settings only; and every 422 item carries FastAPI's ``type``."""
+    from app.serve.ingress import api
+
+    doc = api.openapi()["components"]["schemas"]
+    gen = doc["GenerateRequest"]["oneOf"]
+    assert [b["required"] for b in gen] == [["input_ids"], ["text"]]
+    assert [b["required"] for b in doc["AbortRequest"]["anyOf"]] == [["rid"], ["abort_all"]]
+    items = doc["RolloutRequest"]["properties"]["prompts"]["items"]["anyOf"]
+    assert {"minLength": 1, "type": "string"} in items
+    settings = doc["SpeculationUpdate"]["properties"]["settings"]
+    assert settings["additionalProperties"] is False
+    assert set(settings["properties"]) == {f.name for f in dataclasses.fields(DraftSettings)}
+    with pytest.raises(HTTPException) as exc:
+        settings_patch(SpeculationUpdate(settings={"width": 2}))
+    assert exc.value.detail[0]["type"] == "value_error"
