@@ -9,10 +9,12 @@ sibling finishes, population statistics are refreshed), so a stale key is never 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from core.scheduling.config import SchedulerConfig
 from core.scheduling.estimate import GroupStats, PopulationStats, context_remaining
+
+if TYPE_CHECKING:  # config.py checks ordering names against ORDERINGS: no import back
+    from core.scheduling.config import SchedulerConfig
 
 
 class OrderingState(Protocol):
