@@ -17,7 +17,10 @@ progress is known from the chunks this engine ran and, once the replica's sync l
 ``draft_sync``, from the draft server (``core.drafting.shared``, lengths only): every
 speculating chunk's tokens are pushed when it ends and the watched groups' lengths pulled, so a
 group spread over many replicas drafts from the whole group, as ``seer simulate`` assumes (one
-group index over the cluster), up to the sync period's staleness.
+group index over the cluster), up to the sync period's staleness. Draft lengths are chosen
+from the engine's online acceptance estimate (``AcceptanceEstimator``, as the vLLM drafter's),
+fed by the drafts the instance verified, never from the acceptance model's true rate
+(``core.sim.instance``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from app.engines.sim_workload import (
     sim_workload,
 )
 from app.weights_digest import verified_digest
+from core.drafting.acceptance import AcceptanceEstimator
 from core.drafting.shared import FINISHED, SyncBatch, SyncClient, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
@@ -132,6 +136,7 @@ class SimEngine:
             managed=False,
             choose_drafts=adaptive_draft_chooser(cost, acc.paths),
             draft_paths=acc.paths,
+            estimator=AcceptanceEstimator(),
         )
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time()
@@ -191,15 +196,18 @@ class SimEngine:
         self._seq += 1
         k = self._seq
         stall = work.cost.prefill_time(prompt) if done == 0 else 0.0
-        alpha = 0.0
+        alpha, refs = 0.0, 0
         if request.speculate and self.speculation.enabled:
-            alpha = self._acceptance.alpha(self._references(request, done))
+            refs = self._references(request, done)
+            alpha = self._acceptance.alpha(refs)
         chunk = _Chunk(
             request=request,
             track=track,
             tokens=n,
             stops=stops,
-            arrival=Arrival(k, n, context, stall, alpha, request.is_probe),
+            arrival=Arrival(
+                k, n, context, stall, alpha, request.is_probe, group=request.group_id, refs=refs
+            ),
             future=self._loop.create_future(),
             wall0=time.perf_counter(),
         )
@@ -266,23 +274,24 @@ class SimEngine:
         inst = self._inst
         if inst is None or not self.speculation.enabled:
             return
-        raised: list[tuple[int, float]] = []
+        raised: list[tuple[int, float, int]] = []
         for k, chunk in self._chunks.items():
             req = chunk.request
             if not req.speculate or req.group_id not in groups:
                 continue
-            alpha = self._acceptance.alpha(self._references(req, len(req.generated_token_ids)))
+            refs = self._references(req, len(req.generated_token_ids))
+            alpha = self._acceptance.alpha(refs)
             if alpha > chunk.arrival.alpha:
-                raised.append((k, alpha))
+                raised.append((k, alpha, refs))
         if not raised:
             return
         self._advance()  # the old rates hold up to now (chunks may end here)
-        for k, alpha in raised:
+        for k, alpha, refs in raised:
             live = self._chunks.get(k)
             if live is None:
                 continue
-            live.arrival = dataclasses.replace(live.arrival, alpha=alpha)
-            inst.set_alpha(k, alpha)  # a chunk still pulling its KV takes it when it arrives
+            live.arrival = dataclasses.replace(live.arrival, alpha=alpha, refs=refs)
+            inst.set_alpha(k, alpha, refs)  # a chunk still pulling its KV takes it on arrival
         self._replan()
 
     async def check_health(self) -> None:

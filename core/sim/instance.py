@@ -6,6 +6,19 @@ cost model at the interval's start; an interval never spans a chunk completion, 
 more than ``_REEVAL`` relative context growth, so freezing the step time is accurate. Blocking
 work (prefill, recompute after preemption, KV pulls) is ``stall`` seconds before the next step.
 
+Speculation sees no oracle: the true per-token acceptance of a slot (``alpha``, from the
+acceptance model) only decides how many tokens it produces per step; the draft-length policy is
+given the estimate of an ``AcceptanceEstimator`` (the class the engines' drafter runs), keyed by
+the slot's group and by its reference count at dispatch (the simulator has no text; the count of
+siblings with text past the request's position is what its acceptance depends on, as the match
+length is in an engine). The estimator is fed with verified drafts: whenever the policy is
+re-run, every slot that drafted since draws one verification outcome of its last draft from its
+true acceptance (the accepted prefix of g Bernoulli(alpha) trials, from the instance's seeded
+generator), the tokens an engine would have seen accepted in one step. Like the engines' drafter
+(``StepDrafter``'s explore mode), a policy that stopped drafting keeps learning: after
+``_EXPLORE_EVERY`` runs that drafted nothing, one interval drafts ``_EXPLORE_DRAFT`` tokens per
+speculating slot (within the draft budget) whatever the estimate says.
+
 Two admission modes: ``managed`` (the scheduler reserved KV; everything dispatched runs at
 once and can never overflow) and ``engine`` (the veRL baseline: a FIFO waiting queue, admitted
 while the KV fits, and on overflow the most recently admitted request is preempted and later
@@ -21,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from core.drafting.acceptance import AcceptanceEstimator
 from core.sim.cost import CostModel
 
 _EPS = 1e-6
@@ -28,6 +42,8 @@ _REEVAL = 0.05  # re-freeze the step time after the batch's context grows by thi
 _WATERMARK = 0.01  # vLLM keeps this fraction of KV blocks free when admitting
 _REDRAFT = 0.1  # re-run the draft-length policy after the batch or context moved this much
 _REDRAFT_EVERY = 32  # ... or after this many plans
+_EXPLORE_EVERY = 8  # with an estimator: after this many policy runs that drafted nothing, one
+_EXPLORE_DRAFT = 8  # interval drafts this many tokens per speculating slot (g_max), to learn
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +90,8 @@ class Arrival:
     alpha: float = 0.0  # per-token draft acceptance (0 = no speculation)
     probe: bool = False
     delay_s: float = 0.0  # asynchronous wait before it joins the batch (KV pull from the pool)
+    group: str = ""  # group id (the acceptance estimator's per-group statistics)
+    refs: int = 0  # siblings with text past its position at dispatch (the estimator's key)
 
 
 @dataclass(slots=True)
@@ -85,6 +103,9 @@ class Instance:
     choose_drafts: Callable[[list[float], list[bool], float, int], list[int]] | None = None
     trace: list[tuple[float, int]] | None = None
     draft_paths: int = 1  # a draft of g positions verifies draft_paths x g tokens
+    # what the draft policy is told of acceptance; None = the true acceptance (a yardstick only)
+    estimator: AcceptanceEstimator | None = None
+    seed: int = 0  # of the generator that draws the verification outcomes fed to ``estimator``
     t: float = 0.0
     stall: float = 0.0
     step_s: float = 0.0
@@ -116,7 +137,13 @@ class Instance:
     _seq: int = 0
     _last_draft: _DraftRun | None = None  # the adaptive policy's last run
     _plans_since_draft: int = 0
+    _idle_runs: int = 0  # policy runs in a row that drafted nothing (exploration counter)
     _pending: list[tuple[float, int, Arrival]] = field(default_factory=list)
+    group: np.ndarray = field(init=False)  # per slot: group id (str)
+    refs: np.ndarray = field(init=False)  # per slot: reference count at dispatch
+    est: np.ndarray = field(init=False)  # per slot: the estimator's acceptance, last refreshed
+    glen: np.ndarray = field(init=False)  # per slot: draft length of the current interval
+    _rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
         n = self.cost.max_running
@@ -132,6 +159,11 @@ class Instance:
         self.admitted = np.zeros(n, dtype=np.int64)
         self.active = np.zeros(n, dtype=bool)
         self._free = list(range(n - 1, -1, -1))
+        self.group = np.full(n, "", dtype=object)
+        self.refs = np.zeros(n, dtype=np.int64)
+        self.est = np.zeros(n)
+        self.glen = np.zeros(n)
+        self._rng = np.random.default_rng(self.seed)
 
     @property
     def batch(self) -> int:
@@ -229,6 +261,11 @@ class Instance:
         self.target[s] = a.tokens
         self.rate[s] = 1.0
         self.drafting[s] = False
+        self.glen[s] = 0.0
+        self.group[s] = a.group
+        self.refs[s] = a.refs
+        est = self.estimator
+        self.est[s] = est.estimate(a.group, a.refs) if est is not None and a.alpha > 0 else 0.0
         self._seq += 1
         self.admitted[s] = self._seq
         self.active[s] = True
@@ -263,17 +300,23 @@ class Instance:
                 return 0.0
         return None
 
-    def set_alpha(self, req: int, alpha: float) -> bool:
-        """Change chunk ``req``'s draft acceptance from ``self.t`` on (more siblings became known
-        while it runs; call ``sync`` first, ``plan`` after). False when this instance does not
-        hold it (a chunk still pulling its KV is not here yet)."""
+    def set_alpha(self, req: int, alpha: float, refs: int | None = None) -> bool:
+        """Change chunk ``req``'s draft acceptance (and, when given, its reference count) from
+        ``self.t`` on (more siblings became known while it runs; call ``sync`` first, ``plan``
+        after). False when this instance does not hold it (a chunk still pulling its KV is not
+        here yet)."""
         hit = np.nonzero(self.active & (self.req == req))[0]
         if len(hit):
-            self.alpha[int(hit[0])] = alpha
+            s = int(hit[0])
+            self.alpha[s] = alpha
+            if refs is not None:
+                self.refs[s] = refs
+                if self.estimator is not None and alpha > 0:
+                    self.est[s] = self.estimator.estimate(str(self.group[s]), refs)
             return True
         for i, a in enumerate(self.waiting):
             if a.req == req:
-                self.waiting[i] = replace(a, alpha=alpha)
+                self.waiting[i] = replace(a, alpha=alpha, refs=a.refs if refs is None else refs)
                 return True
         return False
 
@@ -289,14 +332,33 @@ class Instance:
             req = int(self.req[s])
             rem = int(self.target[s]) - produced
             ctx = int(self.ctx[s] - self.produced[s]) + produced
+            keep = (float(self.alpha[s]), bool(self.probe[s]), 0.0, str(self.group[s]),
+                    int(self.refs[s]))  # fmt: skip
             self._release(s)
             self.preemptions += 1
             stall = self.cost.prefill_time(ctx)
-            self.waiting.appendleft(Arrival(req, rem, ctx, stall))
+            self.waiting.appendleft(Arrival(req, rem, ctx, stall, *keep))
             out.append((req, produced))
         return out
 
     # ------------------------------------------------------------------ events
+    def _learn(self) -> None:
+        """Feed the estimator one verification outcome per slot that drafted in the last
+        interval (its draft of ``glen`` tokens, accepted prefix drawn from its true acceptance),
+        then refresh every speculating slot's estimate."""
+        est = self.estimator
+        assert est is not None
+        fed = np.nonzero(self.active & self.drafting & (self.glen > 0))[0]
+        if len(fed):
+            al = np.clip(self.alpha[fed], 1e-12, 1.0 - 1e-12)
+            g = self.glen[fed]
+            u = self._rng.random(len(fed))
+            accepted = np.minimum(np.floor(np.log(u) / np.log(al)), g)  # P(>= k) = alpha^k
+            for s, gi, ai in zip(fed.tolist(), g.tolist(), accepted.tolist(), strict=True):
+                est.observe(str(self.group[s]), int(self.refs[s]), int(gi), int(ai))
+        for s in np.nonzero(self.active & (self.alpha > 0))[0].tolist():
+            self.est[s] = est.estimate(str(self.group[s]), int(self.refs[s]))
+
     def _draft_lengths(self, alphas: np.ndarray, ctx_sum: float, n: int) -> np.ndarray:
         """Draft length per running slot from the adaptive policy. The policy is re-run when
         the batch size or context moved by more than ``_REDRAFT`` since its last run (or every
@@ -314,9 +376,22 @@ class Instance:
             or abs(ctx_sum - last.context) > _REDRAFT * last.context
             or self._plans_since_draft >= _REDRAFT_EVERY
         )
+        if self.estimator is not None:  # the policy sees the estimate, never the truth
+            if stale:
+                self._learn()
+            alphas = self.est[self.active]
         if stale:
             gs = self.choose_drafts(alphas.tolist(), probes.tolist(), ctx_sum, n)
             g = np.asarray(gs, dtype=float)
+            if self.estimator is not None:
+                self._idle_runs = self._idle_runs + 1 if not g.any() else 0
+                if self._idle_runs >= _EXPLORE_EVERY:
+                    # explore for one interval; not kept as the last run, so the next plan
+                    # re-runs the policy with what this interval taught the estimator
+                    self._idle_runs = 0
+                    self._plans_since_draft = _REDRAFT_EVERY
+                    per = min(_EXPLORE_DRAFT, self.cost.draft_budget // max(n, 1))
+                    return np.where(alphas > 0, float(per), 0.0)
             order = np.lexsort((g, alphas))  # by acceptance, then draft length
             la, lp, lg = alphas[order], probes[order], g[order]
             refs: list[tuple[np.ndarray, np.ndarray]] = []
@@ -363,6 +438,7 @@ class Instance:
                 al = np.minimum(alphas, 1.0 - 1e-9)
                 self.rate[a] = np.where(g > 0, (1.0 - al ** (g + 1.0)) / (1.0 - al), 1.0)
                 self.drafting[a] = g > 0
+                self.glen[a] = g
                 draft = int(g.sum()) * self.draft_paths
                 drafting = int((g > 0).sum())
             else:

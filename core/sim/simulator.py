@@ -4,7 +4,10 @@ Invariant: virtual time only moves forward, to the earliest pending instance eve
 event the instance reports its finished chunks to the *same* ``Scheduler`` class the Serve app
 runs, and whatever that scheduler decides is started at that same instant. The simulator knows
 each request's true length only to decide when its chunk stops (EOS) and to feed the ``oracle``
-ordering; no other policy sees it.
+ordering; no other policy sees it. Likewise each request's true draft acceptance only decides
+how many tokens it produces per step: the draft-length policy of every instance is given the
+estimate of its own ``AcceptanceEstimator`` (the engines' class), fed by the drafts it verified
+(``core.sim.instance``); ``known_acceptance=True`` hands it the truth instead (a yardstick).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from core.drafting.acceptance import AcceptanceEstimator
 from core.engine.types import FinishReason
 from core.scheduling import (
     ChunkDecision,
@@ -101,10 +105,13 @@ def simulate(
     draft_chooser: DraftChooser | None = None,
     progress: Callable[[float], None] | None = None,
     prior_seed: int = 1_000_003,
+    known_acceptance: bool = False,
 ) -> PolicyResult:
     """Run one policy on ``work``; returns its figures. A policy that ``uses_prior`` gets, unless
     ``prior`` is given, the lengths of another iteration of the same prompts (drawn with
-    ``prior_seed``; needs a generated workload)."""
+    ``prior_seed``; needs a generated workload). A speculating policy's draft lengths are chosen
+    from each instance's online acceptance estimate, or from the true acceptance with
+    ``known_acceptance`` (an oracle yardstick, not a policy)."""
     wall0, cpu0 = time.perf_counter(), time.process_time()
     plan = get_policy(policy, base)
     spec = work.spec
@@ -161,11 +168,13 @@ def simulate(
         tr: list[tuple[float, int]] | None = [] if trace else None
         if tr is not None:
             traces[i] = tr
+        estimator = AcceptanceEstimator() if plan.speculate and not known_acceptance else None
         insts.append(
             Instance(
-                cost=cost, managed=managed, choose_drafts=chooser, trace=tr, draft_paths=acc.paths
+                cost=cost, managed=managed, choose_drafts=chooser, trace=tr, draft_paths=acc.paths,
+                estimator=estimator, seed=i,
             )
-        )
+        )  # fmt: skip
     generated = [0] * len(true_len)
     finish_at = [0.0] * len(true_len)
     heap: list[tuple[float, int, int]] = []
@@ -207,8 +216,12 @@ def simulate(
             if d.migrate_tokens > 0:
                 delay = cost.migrate_time(d.migrate_tokens)
                 migrations += 1
-            alpha = acc.alpha(refs_at(k)) if plan.speculate else 0.0
-            inst.add(Arrival(k, produce, prompt[k] + d.generated, stall, alpha, d.is_probe, delay))
+            refs = refs_at(k) if plan.speculate else 0
+            alpha = acc.alpha(refs) if plan.speculate else 0.0
+            inst.add(
+                Arrival(k, produce, prompt[k] + d.generated, stall, alpha, d.is_probe, delay,
+                        groups[k // G].group_id, refs)
+            )  # fmt: skip
             chunks += 1
         return touched
 

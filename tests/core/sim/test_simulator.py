@@ -97,11 +97,19 @@ def test_trace_records_per_instance_activity() -> None:
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_verl_calibrated_to_paper_within_15_percent(name: str) -> None:
-    # full scale (verl's makespan is a max over instances, so it depends on their number);
-    # the fit is on the mean of seeds 0-9, one seed alone varies by up to +-25% (moonlight)
+    # full scale (verl's makespan is a max over instances, so it depends on their number); the
+    # joint fit (core.sim.joint) is on the mean of FIT_SEEDS, one seed alone varies by up to
+    # +-25% (moonlight); the fit trades the veRL time against its other targets (qwen2-vl +9%)
+    from core.sim.joint import FIT_SEEDS
+
     p = PRESETS[name]
-    runs = [simulate(generate(p.spec, seed), p.cost, "verl").makespan_s for seed in range(4)]
-    assert abs(sum(runs) / len(runs) / p.paper_verl_s - 1) < 0.15, runs
+    runs = [simulate(generate(p.spec, seed), p.cost, "verl") for seed in FIT_SEEDS]
+    assert abs(sum(r.makespan_s for r in runs) / len(runs) / p.paper_verl_s - 1) < 0.15, runs
+    tail = sum(r.tail_s for r in runs) / len(runs)
+    assert abs(tail / p.paper_verl_tail_s - 1) < 0.15, tail
+    if p.paper_verl_preemptions is not None:
+        pre = sum(r.preemptions for r in runs) / len(runs)
+        assert abs(pre / p.paper_verl_preemptions - 1) < 0.15, pre
 
 
 def test_context_prior_uses_an_earlier_iteration_of_the_same_prompts() -> None:
@@ -199,10 +207,18 @@ def test_is_reference_counts_text_past_the_position_or_a_finished_sibling() -> N
 def test_adaptive_policy_stops_speculating_when_verification_is_too_dear() -> None:
     w = small()
     ctx = simulate(w, COST, "context")
-    never = simulate(w, dataclasses.replace(COST, verify_step_s=1.0), "seer")
+    dear = dataclasses.replace(COST, verify_step_s=1.0)
+    # told the true acceptance, the policy never drafts and makes context's decisions exactly
+    never = simulate(w, dear, "seer", known_acceptance=True)
     assert never.mean_acceptance_length == pytest.approx(1.0)
     assert (never.spec_step_share, never.spec_step_cost_ratio) == (0.0, 1.0)
     assert never.makespan_s == pytest.approx(ctx.makespan_s, rel=1e-9)
+    # learning it online, it still explores now and then (one interval after 8 runs that
+    # drafted nothing, like the drafter's explore mode): a few speculative steps, paid for
+    learning = simulate(w, dear, "seer")
+    assert 0.0 < learning.spec_step_share < 0.05
+    assert 1.0 < learning.mean_acceptance_length < 1.05
+    assert learning.makespan_s > ctx.makespan_s
     some = simulate(w, dataclasses.replace(COST, verify_step_s=0.02), "seer")
     assert some.mean_acceptance_length > 1.0
     assert some.makespan_s < ctx.makespan_s
@@ -224,22 +240,19 @@ def test_a_k_path_draft_pays_for_its_tokens() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_speculation_calibrated_to_table4_gain_and_fig13_tau(name: str) -> None:
-    # verify_step_s was fitted (core.sim.calibrate) so that context / seer makespan matches the
-    # paper's Table 4 Seer / context-aware ratio, and draft_budget (a grid) so that seer's
-    # acceptance length over drafting request-steps is nearest Fig. 13's tau; means of
-    # SPEC_SEEDS at SPEC_SCALE
-    from core.sim.calibrate import SPEC_SCALE, SPEC_SEEDS
+def test_speculation_calibrated_to_the_papers_step_cost(name: str) -> None:
+    # issue 22: verify_step_s was fitted (core.sim.calibrate step) so that a speculative step of
+    # seer (draft lengths from the online acceptance estimate) costs PAPER_SPEC_STEP_RATIO x a
+    # plain one, means of SPEC_SEEDS at SPEC_SCALE; the Table 4 gain is validated, not fitted
+    from core.sim.calibrate import PAPER_SPEC_STEP_RATIO, SPEC_SCALE, SPEC_SEEDS
 
     p = PRESETS[name]
-    gains, taus = [], []
+    ratios = []
     for seed in SPEC_SEEDS:
-        w = generate(p.spec.scaled(SPEC_SCALE), seed)
-        seer = simulate(w, p.cost, "seer")
-        gains.append(simulate(w, p.cost, "context").makespan_s / seer.makespan_s)
-        taus.append(seer.drafting_acceptance_length)
-    assert sum(gains) / len(gains) == pytest.approx(p.paper_seer_x / p.paper_context_x, rel=0.05)
-    assert sum(taus) / len(taus) == pytest.approx(p.paper_tau, rel=0.08)
+        seer = simulate(generate(p.spec.scaled(SPEC_SCALE), seed), p.cost, "seer")
+        assert seer.spec_step_share > 0.0
+        ratios.append(seer.spec_step_cost_ratio)
+    assert sum(ratios) / len(ratios) == pytest.approx(PAPER_SPEC_STEP_RATIO, rel=0.05)
 
 
 def test_scheduler_is_asked_only_after_events_that_completed_a_chunk(
@@ -276,8 +289,10 @@ def test_seer_paper_is_algorithm_2_plus_speculation() -> None:
     paper = simulate(w, dataclasses.replace(COST, verify_step_s=0.02), "seer-paper")
     assert paper.mean_acceptance_length > 1.1
     assert paper.makespan_s < alg2.makespan_s
-    # with speculation priced out it makes exactly Algorithm 2's decisions
-    off = simulate(w, dataclasses.replace(COST, verify_step_s=1.0), "seer-paper")
+    # with speculation priced out (and the acceptance known: no exploration) it makes exactly
+    # Algorithm 2's decisions
+    dear = dataclasses.replace(COST, verify_step_s=1.0)
+    off = simulate(w, dear, "seer-paper", known_acceptance=True)
     assert off.makespan_s == pytest.approx(alg2.makespan_s, rel=1e-9)
 
 
@@ -326,3 +341,34 @@ def test_draft_budget_fit_picks_the_budget_whose_drafting_tau_is_nearest_the_pap
     assert seen[4][1] < seen[64][1]  # a larger budget drafts more per drafting request-step
     assert low == (4, seen[4][0])
     assert fit(3.0) == (64, seen[64][0])
+
+
+def test_seer_draft_policy_is_given_estimates_not_the_true_acceptance() -> None:
+    # issue 22, item 3: the true acceptance (acceptance model x reference count) only sets the
+    # tokens a step yields; the draft chooser sees the AcceptanceEstimator's online estimate
+    w = small()
+    acc = paper_model()
+    truth = {round(acc.alpha(r), 9) for r in range(w.spec.group_size)}
+
+    def recording(seen: set[float]) -> DraftChooser:
+        def choose(alphas: list[float], probes: list[bool], ctx_sum: float, n: int) -> list[int]:
+            seen.update(round(a, 9) for a in alphas)
+            return [4] * n
+
+        return choose
+
+    told: set[float] = set()
+    oracle: set[float] = set()
+    est = simulate(w, COST, "seer", acceptance=acc, draft_chooser=recording(told))
+    known = simulate(w, COST, "seer", acceptance=acc, draft_chooser=recording(oracle),
+                     known_acceptance=True)  # fmt: skip
+    assert oracle <= truth
+    assert len(told - truth) > 10  # estimates: the prior, then learned values
+    # the same drafts (fixed lengths) yield the same tokens: only what the policy is told differs
+    assert est.mean_acceptance_length == pytest.approx(known.mean_acceptance_length, rel=1e-9)
+    # with the adaptive policy the estimate costs little against knowing the truth
+    adaptive = simulate(w, COST, "seer", acceptance=acc)
+    clairvoyant = simulate(w, COST, "seer", acceptance=acc, known_acceptance=True)
+    assert adaptive.makespan_s == pytest.approx(clairvoyant.makespan_s, rel=0.1)
+    assert adaptive.spec_lower_bound_s is not None
+    assert adaptive.makespan_s >= adaptive.spec_lower_bound_s

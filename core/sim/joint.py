@@ -1,0 +1,215 @@
+"""Joint calibration on the paper's *baseline* only (issue 22, item 1).
+
+Invariant: a preset's fitted constants are chosen from what the paper measured of veRL and of
+divided rollout alone, never of the policies it claims (context-aware scheduling, Seer): veRL's
+rollout time and tail time (Fig. 8), its preemption count where the paper gives one (Qwen2-VL),
+and divided rollout's throughput over veRL (Table 4). The HBM bandwidth (spec sheet) and the
+achieved fraction of it (``BW_EFF_PRIOR``) are fixed priors, the same for every preset; only
+the parameters the paper gives no number for are free, each within documented bounds
+(``FREE``): the groups' length dispersion, the runaway share, the per-step overhead and, where a
+preemption count is a target, the KV headroom. The objective is the sum over targets of
+weight x log(ours / paper)^2 on the mean over ``FIT_SEEDS`` (the same drawn workloads at every
+point, so the objective is deterministic); a compass search (each free parameter +-step, step
+halved when nothing improves) minimises it. The fitted values are written into
+``core.sim.workload.PRESETS`` by hand, each with its targets named, and re-checked by tests.
+Run: ``python -m core.sim.joint [PRESET ...]`` (~2-10 min per preset on 2 cores).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.bounds import check_range
+from core.sim.simulator import simulate
+from core.sim.workload import Preset, generate, get_preset
+
+# Achieved fraction of HBM bandwidth (and of peak FLOPs) in a decode step, the same for every
+# preset: an assumption, not a figure of the paper. Moonlight (one GPU per instance, no
+# collective in its step) had the old veRL-only fit at 0.686 with a 20 ms overhead, so 0.7 is
+# what a single-GPU vLLM decode step achieves under our roofline; the multi-GPU presets differ
+# from it by their communication, which is the overhead's job (fitted), not the bandwidth's.
+BW_EFF_PRIOR = 0.7
+FIT_SEEDS = (0, 1, 2, 3)
+SPEC_FIELDS = ("length_sigma", "within_sigma", "outlier_frac")
+COST_FIELDS = ("step_overhead_s", "mem_util", "bw_eff")
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """A fitted parameter: ``name`` (a ``WorkloadSpec`` or ``CostModel`` field), searched in
+    [``lo``, ``hi``] from ``start`` with initial step ``step`` (> 0)."""
+
+    name: str
+    lo: float
+    hi: float
+    start: float
+    step: float
+
+    def __post_init__(self) -> None:
+        if self.name not in SPEC_FIELDS + COST_FIELDS:
+            raise ValueError(f"unknown parameter {self.name!r}; valid: {SPEC_FIELDS + COST_FIELDS}")
+        check_range(f"{self.name}.start", self.start, self.lo, self.hi)
+        check_range(f"{self.name}.step", self.step, 0, lo_open=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """What the paper measured of the baseline on one workload (Fig. 8: veRL time and tail;
+    Table 4: divided rollout x veRL; the preemption count where it gives one)."""
+
+    verl_s: float
+    verl_tail_s: float
+    divided_x: float
+    verl_preemptions: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Ours, mean over seeds: verl makespan, tail and preemptions, divided x verl."""
+
+    verl_s: float
+    verl_tail_s: float
+    divided_x: float
+    verl_preemptions: float
+
+
+# Weight of each target's squared log error. The preemption count is a count of events whose
+# cost the time targets already carry, and it moves by ~30% from seed to seed: a quarter weight.
+WEIGHTS = {"verl_s": 1.0, "verl_tail_s": 1.0, "divided_x": 1.0, "verl_preemptions": 0.25}
+
+# Free parameters and their bounds. length_sigma: across-group log-length spread; outlier_frac:
+# share of responses running to the cap; step_overhead_s: fixed time per step (launches,
+# collectives: TP all-reduces, EP all-to-alls); mem_util: fraction of GPU memory for weights +
+# KV (vLLM's gpu_memory_utilization), free only where a preemption count is a target. The
+# within-group spread is fixed at the default 0.5: verl sees groups only through the per-instance
+# sum of whole groups and divided not at all, so the baseline does not identify it.
+FREE: dict[str, tuple[Free, ...]] = {
+    "moonlight": (
+        Free("length_sigma", 0.2, 2.0, 0.8, 0.2),
+        Free("outlier_frac", 0.0, 0.05, 0.01, 0.01),
+        Free("step_overhead_s", 0.005, 0.3, 0.02, 0.01),
+    ),
+    "qwen2-vl": (
+        Free("length_sigma", 0.2, 2.0, 0.8, 0.2),
+        Free("outlier_frac", 0.0, 0.05, 0.01, 0.01),
+        Free("step_overhead_s", 0.005, 0.3, 0.02, 0.01),
+        Free("mem_util", 0.6, 0.95, 0.9, 0.05),
+    ),
+    "kimi-k2": (
+        Free("length_sigma", 0.2, 2.0, 0.8, 0.2),
+        Free("outlier_frac", 0.0, 0.05, 0.01, 0.01),
+        Free("step_overhead_s", 0.005, 0.3, 0.06, 0.02),
+    ),
+}
+
+
+def targets_of(preset: Preset) -> Targets:
+    return Targets(preset.paper_verl_s, preset.paper_verl_tail_s, preset.paper_divided_x,
+                   preset.paper_verl_preemptions)  # fmt: skip
+
+
+def apply(preset: Preset, values: dict[str, float]) -> Preset:
+    """``preset`` with ``values`` (spec or cost fields); ``flops_eff`` follows ``bw_eff``."""
+    spec_kw = {k: v for k, v in values.items() if k in SPEC_FIELDS}
+    cost_kw = {k: v for k, v in values.items() if k in COST_FIELDS}
+    if "bw_eff" in cost_kw:
+        cost_kw["flops_eff"] = cost_kw["bw_eff"]
+    return dataclasses.replace(
+        preset,
+        spec=dataclasses.replace(preset.spec, **spec_kw),  # type: ignore[arg-type]
+        cost=dataclasses.replace(preset.cost, **cost_kw),  # type: ignore[arg-type]
+    )
+
+
+def baseline_figures(preset: Preset, seeds: tuple[int, ...] = FIT_SEEDS) -> Figures:
+    """verl and divided on the full-scale workloads of ``seeds``; divided x verl is the mean
+    of the per-seed ratios (as Table 4 rows are read here)."""
+    verl, tail, pre, ratio = [], [], [], []
+    for s in seeds:
+        work = generate(preset.spec, s)
+        v = simulate(work, preset.cost, "verl")
+        d = simulate(work, preset.cost, "divided")
+        verl.append(v.makespan_s)
+        tail.append(v.tail_s)
+        pre.append(float(v.preemptions))
+        ratio.append(v.makespan_s / d.makespan_s)
+    n = len(seeds)
+    return Figures(sum(verl) / n, sum(tail) / n, sum(ratio) / n, sum(pre) / n)
+
+
+def loss(fig: Figures, tgt: Targets) -> float:
+    """Weighted sum of squared log errors over the targets the paper gives."""
+    total = 0.0
+    for name, w in WEIGHTS.items():
+        want = getattr(tgt, name)
+        if want is None:
+            continue
+        got = max(getattr(fig, name), 1.0 if name == "verl_preemptions" else 1e-9)
+        total += w * math.log(got / want) ** 2
+    return total
+
+
+def fit(
+    preset: Preset,
+    free: tuple[Free, ...],
+    seeds: tuple[int, ...] = FIT_SEEDS,
+    sweeps: int = 4,
+    report: Callable[[dict[str, float], Figures, float], None] | None = None,
+) -> tuple[dict[str, float], Figures]:
+    """Compass search over ``free`` (``bw_eff`` fixed at ``BW_EFF_PRIOR``); ``sweeps``
+    halvings of the steps. Returns the best values and their figures."""
+    tgt = targets_of(preset)
+    cache: dict[tuple[float, ...], tuple[float, Figures]] = {}
+
+    def evaluate(vals: dict[str, float]) -> tuple[float, Figures]:
+        key = tuple(round(vals[f.name], 6) for f in free)
+        if key not in cache:
+            fig = baseline_figures(apply(preset, {"bw_eff": BW_EFF_PRIOR, **vals}), seeds)
+            cache[key] = (loss(fig, tgt), fig)
+            if report is not None:
+                report(vals, fig, cache[key][0])
+        return cache[key]
+
+    cur = {f.name: f.start for f in free}
+    best, fig = evaluate(cur)
+    steps = {f.name: f.step for f in free}
+    for _ in range(sweeps):
+        improved = True
+        while improved:
+            improved = False
+            for f in free:
+                for sign in (1.0, -1.0):
+                    trial = dict(cur)
+                    trial[f.name] = min(f.hi, max(f.lo, cur[f.name] + sign * steps[f.name]))
+                    if trial[f.name] == cur[f.name]:
+                        continue
+                    val, tfig = evaluate(trial)
+                    if val < best - 1e-9:
+                        cur, best, fig, improved = trial, val, tfig, True
+                        break
+        steps = {k: v / 2 for k, v in steps.items()}
+    return cur, fig
+
+
+def main() -> None:
+    names = sys.argv[1:] or ["moonlight", "qwen2-vl", "kimi-k2"]
+    for name in names:
+        p = get_preset(name)
+        tgt = targets_of(p)
+
+        def show(vals: dict[str, float], f: Figures, val: float, name: str = name) -> None:
+            v = " ".join(f"{k}={x:.4g}" for k, x in vals.items())
+            print(f"{name}: {v} -> verl {f.verl_s:.0f} s tail {f.verl_tail_s:.0f} s divided "
+                  f"x{f.divided_x:.3f} preempt {f.verl_preemptions:.0f} loss {val:.4f}",
+                  flush=True)  # fmt: skip
+
+        vals, f = fit(p, FREE[name], report=show)
+        print(f"{name}: FITTED {vals} bw_eff={BW_EFF_PRIOR} -> {f} (paper {tgt})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Joint calibration on the baseline (issue 22, item 1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from core.sim.cost import QWEN2_VL_72B, CostModel
+from core.sim.joint import (
+    BW_EFF_PRIOR,
+    FREE,
+    Figures,
+    Free,
+    Targets,
+    apply,
+    baseline_figures,
+    fit,
+    loss,
+    targets_of,
+)
+from core.sim.workload import PRESETS, Preset, WorkloadSpec
+
+COST = CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.5, flops_eff=0.5, step_overhead_s=0.02)
+
+
+def tiny(**paper: float) -> Preset:
+    spec = WorkloadSpec("t", groups=16, group_size=4, mean_tokens=3000, max_tokens=16384,
+                        instances=2)  # fmt: skip
+    kw = {"paper_verl_s": 1000.0, "paper_verl_tail_s": 300.0, "paper_divided_x": 1.2} | paper
+    return Preset(spec, COST, paper_context_x=1.3, paper_seer_x=1.6, paper_tau=2.0, **kw)
+
+
+def test_loss_is_zero_on_target_and_skips_what_the_paper_does_not_give() -> None:
+    t = Targets(1000.0, 300.0, 1.2)
+    assert loss(Figures(1000.0, 300.0, 1.2, 77.0), t) == 0.0  # no preemption target
+    off = loss(Figures(2000.0, 300.0, 1.2, 77.0), t)
+    assert off == pytest.approx(math.log(2) ** 2)
+    with_pre = Targets(1000.0, 300.0, 1.2, verl_preemptions=100.0)
+    assert loss(Figures(1000.0, 300.0, 1.2, 200.0), with_pre) == pytest.approx(
+        0.25 * math.log(2) ** 2
+    )
+
+
+def test_every_preset_names_its_baseline_targets_and_keeps_the_bandwidth_prior() -> None:
+    for name, p in PRESETS.items():
+        t = targets_of(p)
+        assert t.verl_s > t.verl_tail_s > 0 and t.divided_x > 1
+        assert p.cost.bw_eff == p.cost.flops_eff == BW_EFF_PRIOR  # a prior, not fitted
+        assert "bw_eff" not in {f.name for f in FREE[name]}
+    assert targets_of(PRESETS["qwen2-vl"]).verl_preemptions == 13686
+
+
+def test_apply_sets_spec_and_cost_fields_and_flops_follow_bandwidth() -> None:
+    p = apply(tiny(), {"length_sigma": 1.1, "step_overhead_s": 0.03, "bw_eff": 0.6})
+    assert p.spec.length_sigma == 1.1 and p.cost.step_overhead_s == 0.03
+    assert p.cost.bw_eff == p.cost.flops_eff == 0.6
+    with pytest.raises(ValueError, match="unknown parameter 'magic'"):
+        Free("magic", 0, 1, 0.5, 0.1)
+    with pytest.raises(ValueError, match=r"step_overhead_s.start=0.5 outside"):
+        Free("step_overhead_s", 0, 0.3, 0.5, 0.1)
+
+
+def test_fit_recovers_the_overhead_that_produced_the_targets() -> None:
+    # targets made by the model itself at a known overhead: the search must come back to it
+    truth = apply(tiny(), {"bw_eff": BW_EFF_PRIOR, "step_overhead_s": 0.04})
+    f = baseline_figures(truth, seeds=(0,))
+    p = tiny(paper_verl_s=f.verl_s, paper_verl_tail_s=f.verl_tail_s, paper_divided_x=f.divided_x)
+    free = (Free("step_overhead_s", 0.005, 0.1, 0.02, 0.01),)
+    vals, got = fit(p, free, seeds=(0,), sweeps=3)
+    assert vals["step_overhead_s"] == pytest.approx(0.04, abs=0.003)
+    assert got.verl_s == pytest.approx(f.verl_s, rel=0.05)

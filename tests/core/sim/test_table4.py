@@ -1,0 +1,54 @@
+"""The Table-4-shaped check (core.sim.table4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.sim.cost import QWEN2_VL_72B, CostModel
+from core.sim.table4 import main, measure, paper_figures, render
+from core.sim.workload import PRESETS, Preset, WorkloadSpec
+
+COST = CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.7, flops_eff=0.7, step_overhead_s=0.02,
+                 verify_step_s=0.02)  # fmt: skip
+
+
+@pytest.fixture
+def tiny(monkeypatch: pytest.MonkeyPatch) -> str:
+    spec = WorkloadSpec("tiny", groups=12, group_size=4, mean_tokens=2000, max_tokens=8192,
+                        instances=2)  # fmt: skip
+    p = Preset(spec, COST, paper_verl_s=1000.0, paper_context_x=1.3, paper_seer_x=1.6,
+               paper_tau=2.0, paper_verl_tail_s=300.0, paper_divided_x=1.2,
+               paper_seer_tail_s=50.0)  # fmt: skip
+    monkeypatch.setitem(PRESETS, "tiny", p)
+    return "tiny"
+
+
+def test_rows_are_marked_fitted_validated_or_ours(tiny: str) -> None:
+    p = PRESETS[tiny]
+    assert paper_figures(p, "verl") == ("fitted", 1.0, 300.0)
+    assert paper_figures(p, "divided") == ("fitted", 1.2, None)
+    assert paper_figures(p, "context-max") == ("validated", 1.3, None)
+    assert paper_figures(p, "seer-paper") == ("validated", 1.6, 50.0)
+    assert paper_figures(p, "context") == ("ours", None, None)
+
+
+def test_measure_reports_means_over_seeds_against_the_paper(tiny: str) -> None:
+    rows = measure(tiny, ("divided", "seer-paper", "context"), (0, 1))
+    assert [r.policy for r in rows] == ["divided", "seer-paper", "context"]  # verl not asked
+    seer = rows[1]
+    assert seer.x_verl > 1.0 and seer.drafting_tau > 1.0
+    assert seer.x_ratio == pytest.approx(seer.x_verl / 1.6)
+    assert seer.tail_ratio == pytest.approx(seer.tail_s / 50.0)
+    assert rows[2].x_ratio is None and rows[2].tail_ratio is None
+    text = render(rows)
+    assert "| tiny | seer-paper | validated |" in text and "| tiny | divided | fitted |" in text
+    assert ("ok" in text) or ("MISS" in text)
+
+
+def test_cli_prints_json(tiny: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    main(["--workloads", tiny, "--seeds", "0", "--policies", "verl,divided", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in rows] == ["verl", "divided"]
+    assert rows[0]["x_verl"] == pytest.approx(1.0) and rows[0]["kind"] == "fitted"
