@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from app.store.views import FinishedRequest, GroupView, JobView, ReplicaLoad
+from core.sim.simulator import tail_time
 from dashboard.client import Health
 from dashboard.views.common import HEIGHT, REPLICA_COLORS, figure, note, when
 
@@ -40,7 +41,7 @@ def progress(job: JobView, requests: list[FinishedRequest], now: float) -> Progr
     tail = None
     if requests and len(requests) >= job.requests > 0:
         times = [r.finished_at for r in requests]  # in finishing order
-        tail = times[-1] - times[tail_rank(len(times)) - 1]
+        tail = tail_time(times)  # the simulator's and the service's own definition
     return Progress(
         finished=len(requests),
         total=job.requests,
