@@ -6,16 +6,22 @@ every chunk, fixed lengths, every path kept: speculation as aggressive as it get
 
 (a) greedy: G responses per prompt at temperature 0, chunked like the service chunks them;
     every response must be identical token for token on both engines.
-(b) sampled: M responses of one prompt at temperature 1 with fixed seeds; at several positions
-    the token distributions of the two engines are compared by a two-sample chi-square test
-    (a response that ended before a position counts as the category "ended").
+(b) sampled: M responses of one high-entropy prompt per sampling setting (T=1; T=0.7 with
+    top_p=0.9), all in one batch (so rows of different temperatures verify side by side), each
+    engine with its own seeds: independent samples. Per setting, the token distributions at
+    positions 1, 4, 17, 20 (17 and 20 after a continuation chunk) are compared by a two-sample
+    chi-square test (a response that ended before a position counts as "ended"), and the
+    per-response mean logprob, which sums every position, by a two-sample Kolmogorov-Smirnov
+    test.
 (c) logprobs: the logprobs the spec engine returned for its tokens equal the target model's,
     scored by one plain prefill of the same tokens.
 
-The verdict is PASS when (a) holds, every p-value is at least ``alpha / positions``
+The verdict is PASS when (a) holds, every p-value of (b) is at least ``alpha / tests``
 (Bonferroni), the largest logprob difference is within ``logprob_tol``, and the spec engine
-accepted draft tokens at all (otherwise nothing was tested). ``accept_all_drafts`` breaks the
-spec engine's verification on purpose (test-only): the verdict must then be FAIL.
+accepted draft tokens at all (otherwise nothing was tested). ``broken_rule`` (test-only, one of
+``app.engines.broken_acceptance.BROKEN_RULES``) breaks the spec engine's verification on
+purpose: the verdict must then be FAIL; every rule but ``accept-all`` keeps greedy identical,
+so its FAIL must come from (b).
 """
 
 from __future__ import annotations
@@ -26,15 +32,20 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engines.broken_acceptance import check_rule
 from app.engines.chunked import ResponseRun, generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
 from app.engines.vllm_engine import VllmEngine
 from app.prompts import DEMO_PROMPTS
 from core.drafting.step_drafter import DraftSettings
 from core.engine import SamplingParams
-from core.stats import two_sample_chi2
+from core.stats import two_sample_chi2, two_sample_ks
 
 ENDED = -1  # the category of a response that ended before a tested position
+SAMPLED_PROMPT = "Write a list of twenty random English words, separated by commas."
+SAMPLED_SETTINGS: tuple[tuple[float, float], ...] = ((1.0, 1.0), (0.7, 0.9))  # (T, top_p)
+_RULE_SEEDS = 1 << 26  # rule i's seeds start at i * this: independent across rules
+_PLAIN_SEEDS = 1 << 31  # the plain engine's seeds start here: independent of the spec engine's
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,16 +53,15 @@ class ExactnessParams:
     model: str = "smollm2-135m-instruct"
     prompts: int = 4  # greedy prompts, 1..len(DEMO_PROMPTS)
     group_size: int = 4  # greedy responses per prompt, 2..64
-    samples: int = 200  # sampled responses per engine, 16..4096
-    max_tokens: int = 48  # tokens per response, 8..1024
+    samples: int = 160  # sampled responses per engine and sampling setting, 16..4096
+    max_tokens: int = 24  # tokens per response, 8..1024
     chunk_tokens: int = 16  # chunk budget (continuations are re-submitted), 1..max_tokens
-    positions: tuple[int, ...] = (1, 2, 4, 8)  # tested positions, each < max_tokens
+    positions: tuple[int, ...] = (1, 4, 17, 20)  # tested positions, each < max_tokens
     alpha: float = 1e-3  # family-wise significance level of the chi-square tests, (0, 0.5]
     logprob_tol: float = 1e-3  # largest allowed |returned - scored| logprob, (0, 1]
-    num_speculative_tokens: int = 8  # K of the spec engine, 1..16
+    num_speculative_tokens: int = 4  # K of the spec engine, 1..16
     seed: int = 0
     max_num_seqs: int = 64
-    accept_all_drafts: bool = False  # test-only: break verification on purpose
 
     def __post_init__(self) -> None:
         checks = [
@@ -66,6 +76,7 @@ class ExactnessParams:
             ),
             (0 < self.alpha <= 0.5, "alpha in (0, 0.5]"),
             (0 < self.logprob_tol <= 1, "logprob_tol in (0, 1]"),
+            (1 <= self.num_speculative_tokens <= 16, "num_speculative_tokens in [1, 16]"),
         ]
         for ok, what in checks:
             if not ok:
@@ -74,7 +85,10 @@ class ExactnessParams:
 
 @dataclass(frozen=True, slots=True)
 class SampledTest:
-    position: int
+    temperature: float
+    top_p: float
+    statistic: str  # "token" (chi-square at ``position``) or "mean_logprob" (KS)
+    position: int | None
     p_value: float
 
 
@@ -83,8 +97,11 @@ class ExactnessReport:
     greedy_identical: bool
     greedy_pairs: int
     sampled_tests: list[SampledTest]
-    logprob_max_abs_diff: float
+    logprob_max_abs_diff: float | None  # None: not scored (a broken rule's run)
     verdict: str
+    sampled_verdict: str = "PASS"
+    samples: int = 0
+    broken_rule: str | None = None
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     failures: list[str] = field(default_factory=list)
@@ -95,8 +112,21 @@ class ExactnessReport:
             "greedy_identical": self.greedy_identical,
             "greedy_pairs": self.greedy_pairs,
             "sampled_tests": [
-                {"position": t.position, "p_value": t.p_value} for t in self.sampled_tests
+                {
+                    "temperature": t.temperature,
+                    "top_p": t.top_p,
+                    "statistic": t.statistic,
+                    "position": t.position,
+                    "p_value": t.p_value,
+                }
+                for t in self.sampled_tests
             ],
+            "sampled_check": {
+                "verdict": self.sampled_verdict,
+                "p_values": [t.p_value for t in self.sampled_tests],
+                "samples": self.samples,
+            },
+            "broken_rule": self.broken_rule,
             "logprob_max_abs_diff": self.logprob_max_abs_diff,
             "verdict": self.verdict,
             "drafted_tokens": self.drafted_tokens,
@@ -107,48 +137,108 @@ class ExactnessReport:
 
 
 @dataclass(slots=True)
-class _Run:
+class Runs:
+    """What one engine generated for one rule: the greedy responses (prompt-major) and, per
+    ``SAMPLED_SETTINGS`` entry, the sampled ones."""
+
     greedy: list[ResponseRun]
-    sampled: list[ResponseRun]
+    sampled: list[list[ResponseRun]]
+
+    def responses(self) -> list[ResponseRun]:
+        return self.greedy + [r for rs in self.sampled for r in rs]
+
+
+@dataclass(slots=True)
+class Collected:
+    """Both engines' output: ``spec[i]`` under ``rules[i]``, ``plain`` once; ``scored[i]`` is the
+    plain engine's logprob of every token of ``spec[i].responses()`` (one prefill each), for
+    vLLM's own rule only (None for a broken one: its logprobs are not what is tested)."""
+
+    rules: tuple[str | None, ...]
+    spec: list[Runs]
+    plain: Runs
+    scored: list[list[list[float]] | None]
 
 
 def _generate(
     engine: VllmEngine,
     p: ExactnessParams,
-    group_id: str,
+    group: str,
     index: int,
     prompt: list[int],
     sampling: SamplingParams,
 ) -> Coroutine[Any, Any, ResponseRun]:
     return generate_response(
-        engine, group_id, index, prompt, sampling, p.max_tokens, p.chunk_tokens
+        engine, group, index, prompt, sampling, p.max_tokens, p.chunk_tokens, speculate=True
     )
 
 
-async def _run(engine: VllmEngine, p: ExactnessParams, prompts: list[list[int]]) -> _Run:
+async def _run(
+    engine: VllmEngine, p: ExactnessParams, prompts: list[list[int]], seeds: int
+) -> Runs:
+    """The greedy groups and one group per sampled setting; sampled response j of setting s is
+    seeded ``seeds + seed + 7919 (j + samples s)``, so disjoint ``seeds`` draw independently."""
     greedy = SamplingParams(temperature=0.0)
     jobs = [
         _generate(engine, p, f"greedy{i}", k, ids, greedy)
         for i, ids in enumerate(prompts)
         for k in range(p.group_size)
     ]
+    sampled_prompt = engine.encode(SAMPLED_PROMPT, True)
     sampled = [
         _generate(
             engine,
             p,
-            "sampled",
+            f"sampled{s}",
             j,
-            prompts[0],
-            SamplingParams(temperature=1.0, seed=(p.seed + 7919 * j) % 2**32),
+            sampled_prompt,
+            SamplingParams(
+                temperature=t,
+                top_p=top_p,
+                seed=(seeds + p.seed + 7919 * (j + p.samples * s)) % 2**32,
+            ),
         )
+        for s, (t, top_p) in enumerate(SAMPLED_SETTINGS)
         for j in range(p.samples)
     ]
     out = await asyncio.gather(*jobs, *sampled)
-    return _Run(greedy=list(out[: len(jobs)]), sampled=list(out[len(jobs) :]))
+    rest = list(out[len(jobs) :])
+    per_setting = [rest[s * p.samples : (s + 1) * p.samples] for s in range(len(SAMPLED_SETTINGS))]
+    return Runs(greedy=list(out[: len(jobs)]), sampled=per_setting)
+
+
+def _mean_logprob(r: ResponseRun) -> float:
+    return sum(r.logprobs) / len(r.logprobs) if r.logprobs else 0.0
+
+
+def _token_at(r: ResponseRun, pos: int) -> int:
+    return r.tokens[pos] if pos < len(r.tokens) else ENDED
+
+
+def sampled_tests(
+    p: ExactnessParams, spec: list[list[ResponseRun]], plain: list[list[ResponseRun]]
+) -> list[SampledTest]:
+    """The tests of check (b): per sampling setting, chi-square per position and KS on the
+    per-response mean logprob."""
+    tests = []
+    for (t, top_p), a, b in zip(SAMPLED_SETTINGS, spec, plain, strict=True):
+        for pos in p.positions:
+            chi2 = two_sample_chi2([_token_at(r, pos) for r in a], [_token_at(r, pos) for r in b])
+            tests.append(SampledTest(t, top_p, "token", pos, chi2.p_value))
+        ks = two_sample_ks([_mean_logprob(r) for r in a], [_mean_logprob(r) for r in b])
+        tests.append(SampledTest(t, top_p, "mean_logprob", None, ks))
+    return tests
+
+
+def rejected(p: ExactnessParams, tests: list[SampledTest]) -> list[SampledTest]:
+    """The tests whose p-value is below the Bonferroni level ``alpha / len(tests)``: check (b)
+    fails iff any is."""
+    level = p.alpha / len(tests)
+    return [t for t in tests if t.p_value < level]
 
 
 def _engine_config(p: ExactnessParams, method: str) -> EngineConfig:
-    settings = DraftSettings(adaptive=False, min_token_prob=0.0)
+    settings = DraftSettings(adaptive=False, min_token_prob=0.0, max_draft=p.num_speculative_tokens)
     return EngineConfig(
         backend="vllm",
         model=p.model,
@@ -162,67 +252,80 @@ def _engine_config(p: ExactnessParams, method: str) -> EngineConfig:
     )
 
 
-def _token_at(r: ResponseRun, pos: int) -> int:
-    return r.tokens[pos] if pos < len(r.tokens) else ENDED
+def _rule_name(rule: str | None) -> str:
+    return rule or "vLLM's own"
 
 
-async def run_exactness(
-    p: ExactnessParams, say: Callable[[str], None] = lambda _: None
-) -> ExactnessReport:
-    t0 = time.perf_counter()
-    spec = VllmEngine(
-        _engine_config(p, "grouped"), "exactness-spec", accept_all_drafts=p.accept_all_drafts
-    )
+async def collect(
+    p: ExactnessParams,
+    rules: tuple[str | None, ...] = (None,),
+    say: Callable[[str], None] = lambda _: None,
+    score: bool = True,
+) -> Collected:
+    """Run the work on the spec engine once per rule (``None``: vLLM's own verification; the
+    others from ``BROKEN_RULES``, switched live between runs), then once on the plain engine,
+    which also scores every token generated under vLLM's own rule (``score``). Rule i's samples
+    are seeded apart from every other rule's and from the plain engine's."""
+    for rule in rules:
+        check_rule(rule)
+    if not rules:
+        raise ValueError("exactness: need at least one rule")
+    spec = VllmEngine(_engine_config(p, "grouped"), "exactness-spec")
     say(f"starting the speculating engine ({p.model}, grouped, K={p.num_speculative_tokens}) ...")
     await spec.start()
     prompts = [spec.encode(text, True) for text in DEMO_PROMPTS[: p.prompts]]
+    runs = []
     try:
-        say(
-            f"spec: {p.prompts} prompts x {p.group_size} greedy + {p.samples} sampled responses "
-            f"of {p.max_tokens} tokens ..."
-        )
-        with_spec = await _run(spec, p, prompts)
+        for i, rule in enumerate(rules):
+            say(
+                f"spec, verification {_rule_name(rule)}: {p.prompts} prompts x {p.group_size} "
+                f"greedy + {len(SAMPLED_SETTINGS)} x {p.samples} sampled responses of "
+                f"{p.max_tokens} tokens ..."
+            )
+            await spec.break_verification(rule)
+            runs.append(await _run(spec, p, prompts, seeds=_RULE_SEEDS * i))
     finally:
         await spec.shutdown()
     plain = VllmEngine(_engine_config(p, "none"), "exactness-plain")
     say("starting the plain engine (no speculation) ...")
     await plain.start()
     try:
-        say("plain: the same responses ...")
-        without = await _run(plain, p, prompts)
-        say("scoring the spec engine's tokens with plain prefills ...")
-        scored = await asyncio.gather(
-            *(
-                plain.score(r.prompt, r.tokens)
-                for r in with_spec.greedy + with_spec.sampled
-                if r.tokens
-            )
-        )
+        say("plain: the same responses, its own seeds ...")
+        without = await _run(plain, p, prompts, seeds=_PLAIN_SEEDS)
+        scored: list[list[list[float]] | None] = []
+        for rule, run in zip(rules, runs, strict=True):
+            if rule is not None or not score:
+                scored.append(None)
+                continue
+            say("scoring the spec engine's tokens with plain prefills ...")
+            done = (plain.score(r.prompt, r.tokens) for r in run.responses() if r.tokens)
+            scored.append(list(await asyncio.gather(*done)))
     finally:
         await plain.shutdown()
+    return Collected(rules=tuple(rules), spec=runs, plain=without, scored=scored)
 
-    pairs = list(zip(with_spec.greedy, without.greedy, strict=True))
+
+def judge(p: ExactnessParams, c: Collected, i: int, seconds: float = 0.0) -> ExactnessReport:
+    """The report of rule ``c.rules[i]``: checks (a)-(c) and whether drafts were accepted."""
+    run = c.spec[i]
+    pairs = list(zip(run.greedy, c.plain.greedy, strict=True))
     identical = all(a.tokens == b.tokens for a, b in pairs)
-    tests = [
-        SampledTest(
-            pos,
-            two_sample_chi2(
-                [_token_at(r, pos) for r in with_spec.sampled],
-                [_token_at(r, pos) for r in without.sampled],
-            ).p_value,
+    tests = sampled_tests(p, run.sampled, c.plain.sampled)
+    returned = [r.logprobs for r in run.responses() if r.tokens]
+    ref = c.scored[i]
+    diff = (
+        None
+        if ref is None
+        else max(
+            (
+                abs(a - b)
+                for got, want in zip(returned, ref, strict=True)
+                for a, b in zip(got, want, strict=True)
+            ),
+            default=0.0,
         )
-        for pos in p.positions
-    ]
-    returned = [r.logprobs for r in with_spec.greedy + with_spec.sampled if r.tokens]
-    diff = max(
-        (
-            abs(a - b)
-            for got, ref in zip(returned, scored, strict=True)
-            for a, b in zip(got, ref, strict=True)
-        ),
-        default=0.0,
     )
-    responses = with_spec.greedy + with_spec.sampled
+    responses = run.responses()
     drafted = sum(r.drafted for r in responses)
     accepted = sum(r.accepted for r in responses)
     failures = []
@@ -230,13 +333,14 @@ async def run_exactness(
         bad = sum(a.tokens != b.tokens for a, b in pairs)
         failures.append(f"{bad} of {len(pairs)} greedy responses differ with speculation")
     level = p.alpha / len(tests)
-    for t in tests:
-        if t.p_value < level:
-            failures.append(
-                f"position {t.position}: token distributions differ (p={t.p_value:.3g} < "
-                f"{level:.3g})"
-            )
-    if diff > p.logprob_tol:
+    failed = rejected(p, tests)
+    for t in failed:
+        what = f"position {t.position}" if t.position is not None else "mean logprob"
+        failures.append(
+            f"sampled check, T={t.temperature} top_p={t.top_p}, {what}: distributions "
+            f"differ (p={t.p_value:.3g} < {level:.3g})"
+        )
+    if diff is not None and diff > p.logprob_tol:
         failures.append(f"returned logprobs differ from the target's by {diff:.3g}")
     if accepted == 0:
         failures.append("no draft token was accepted: speculation was not exercised")
@@ -246,8 +350,23 @@ async def run_exactness(
         sampled_tests=tests,
         logprob_max_abs_diff=diff,
         verdict="FAIL" if failures else "PASS",
+        sampled_verdict="FAIL" if failed else "PASS",
+        samples=p.samples,
+        broken_rule=c.rules[i],
         drafted_tokens=drafted,
         accepted_tokens=accepted,
         failures=failures,
-        seconds=time.perf_counter() - t0,
+        seconds=seconds,
     )
+
+
+async def run_exactness(
+    p: ExactnessParams,
+    rules: tuple[str | None, ...] = (None,),
+    say: Callable[[str], None] = lambda _: None,
+) -> list[ExactnessReport]:
+    """One report per rule (see ``collect``); ``seconds`` is the whole run's."""
+    t0 = time.perf_counter()
+    c = await collect(p, rules, say)
+    seconds = time.perf_counter() - t0
+    return [judge(p, c, i, seconds) for i in range(len(rules))]

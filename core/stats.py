@@ -1,10 +1,13 @@
-"""Two-sample chi-square test of categorical samples (no scipy on these machines).
+"""Two-sample tests of the exactness proof: chi-square of categorical samples and
+Kolmogorov-Smirnov of real-valued ones (no scipy on these machines).
 
 Invariant: ``chi2_sf(x, df)`` is the upper tail P(X >= x) of a chi-square variable with ``df``
 degrees of freedom (the regularized upper incomplete gamma Q(df/2, x/2)), accurate to ~1e-12;
 ``two_sample_chi2`` tests whether two samples of tokens come from one distribution, pooling
 categories whose expected count under the pooled distribution is below ``min_expected`` into
-one "other" category so the test's chi-square approximation holds.
+one "other" category so the test's chi-square approximation holds. ``two_sample_ks`` is the
+asymptotic two-sample Kolmogorov-Smirnov test (ties counted once, so a shared atom adds no
+distance).
 """
 
 from __future__ import annotations
@@ -106,3 +109,33 @@ def two_sample_chi2(
         stat += (x - ea) ** 2 / ea + (y - eb) ** 2 / eb
     df = len(rows) - 1
     return ChiSquareResult(stat, df, chi2_sf(stat, df), len(rows))
+
+
+def _kolmogorov_sf(x: float) -> float:
+    """P(K > x) of the Kolmogorov distribution (alternating series; 1 for small x)."""
+    if x < 0.27:
+        return 1.0
+    total = sum((-1) ** (k - 1) * math.exp(-2.0 * k * k * x * x) for k in range(1, 101))
+    return min(1.0, max(0.0, 2.0 * total))
+
+
+def two_sample_ks(a: Iterable[float], b: Iterable[float]) -> float:
+    """p-value of the two-sample Kolmogorov-Smirnov test that ``a`` and ``b`` come from one
+    continuous distribution (the asymptotic distribution of sqrt(nm/(n+m)) D)."""
+    xs, ys = sorted(a), sorted(b)
+    n, m = len(xs), len(ys)
+    if n == 0 or m == 0:
+        raise ValueError(f"both samples need values, got sizes {n} and {m}")
+    if any(math.isnan(v) for v in (*xs, *ys)):
+        raise ValueError("a sample holds NaN")
+    d = 0.0
+    i = j = 0
+    while i < n and j < m:
+        v = min(xs[i], ys[j])
+        while i < n and xs[i] == v:
+            i += 1
+        while j < m and ys[j] == v:
+            j += 1
+        d = max(d, abs(i / n - j / m))
+    en = math.sqrt(n * m / (n + m))
+    return _kolmogorov_sf(en * d)

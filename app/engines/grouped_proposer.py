@@ -130,22 +130,24 @@ class SeerWorkerExtension:
         d = getattr(self.model_runner, "drafter", None)
         return d.drafter if isinstance(d, GroupedProposer) else None
 
-    def seer_bind(self, accept_all_drafts: bool = False) -> bool:
-        """Hand the runner to the proposer; False when the engine runs another proposer.
-
-        ``accept_all_drafts`` is a test-only switch that breaks verification on purpose (every
-        draft token is kept, see ``broken_acceptance``), so that ``seer exactness`` can show it
-        detects an engine that is not on-policy."""
+    def seer_bind(self) -> bool:
+        """Hand the runner to the proposer; False when the engine runs another proposer."""
         runner = self.model_runner
         d = getattr(runner, "drafter", None)
         if not isinstance(d, GroupedProposer):
             return False
         d.bind(runner)
-        if accept_all_drafts:
-            from app.engines.broken_acceptance import break_acceptance
-
-            break_acceptance(runner, d.k)
         return True
+
+    def seer_break(self, rule: str | None) -> str | None:
+        """TEST ONLY: verify drafts by a deliberately wrong ``rule`` (None: vLLM's own), so that
+        ``seer exactness`` can show it detects an engine that is not on-policy (see
+        ``broken_acceptance``)."""
+        from app.engines.broken_acceptance import set_rule
+
+        d = getattr(self.model_runner, "drafter", None)
+        k = d.k if isinstance(d, GroupedProposer) else 1
+        return set_rule(self.model_runner, rule, k)
 
     def seer_gpu_ids(self) -> list[str]:
         """The GPUs Ray gave this worker (a Ray actor under executor ray); [] outside Ray."""

@@ -137,14 +137,9 @@ class _LoadRecorder:
 
 
 class VllmEngine:
-    def __init__(
-        self, config: EngineConfig, replica_id: str = "replica-0", accept_all_drafts: bool = False
-    ) -> None:
-        """``accept_all_drafts``: test-only, breaks verification on purpose (``seer exactness``
-        must then FAIL); never set by the service."""
+    def __init__(self, config: EngineConfig, replica_id: str = "replica-0") -> None:
         self.config = config
         self.replica_id = replica_id
-        self._accept_all_drafts = accept_all_drafts
         self._engine: Any = None
         self._tokenizer: Tokenizer | None = None
         self._stats: dict[str, Any] = {
@@ -181,7 +176,7 @@ class VllmEngine:
         if self.config.speculation.method != "none":
             await self._rpc("seer_fix_cpu_sampler")  # sampled verification on CPU (see module)
         if self.grouped:
-            bound = await engine.collective_rpc("seer_bind", args=(self._accept_all_drafts,))
+            bound = await engine.collective_rpc("seer_bind")
             if not all(bound):
                 raise RuntimeError(f"{self.replica_id}: grouped proposer not loaded ({bound})")
             await self.configure_speculation(self.config.speculation.settings)
@@ -252,6 +247,15 @@ class VllmEngine:
                 self._require().collective_rpc(method, args=args), _RPC_TIMEOUT_S
             )
         )
+
+    async def break_verification(self, rule: str | None) -> None:
+        """TEST ONLY: switch draft verification to a broken ``rule`` (None: vLLM's own) from the
+        next engine step on (see ``broken_acceptance``); never called by the service."""
+        from app.engines.broken_acceptance import check_rule
+
+        if not self.grouped:
+            raise ValueError(f"{self.replica_id}: broken_rule needs speculation method grouped")
+        await self._rpc("seer_break", check_rule(rule))
 
     async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
         """Apply grouped-drafting settings live; returns what the engine now runs."""

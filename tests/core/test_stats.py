@@ -1,4 +1,4 @@
-"""core.stats: chi-square tail and the two-sample test."""
+"""core.stats: chi-square tail, the two-sample chi-square test and the two-sample KS test."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from core.stats import chi2_sf, two_sample_chi2
+from core.stats import _kolmogorov_sf, chi2_sf, two_sample_chi2, two_sample_ks
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,35 @@ def test_rare_categories_are_pooled() -> None:
     assert two_sample_chi2(["x"] * 5, ["x"] * 7).df == 0
     with pytest.raises(ValueError, match="sizes"):
         two_sample_chi2([], ["x"])
+
+
+@pytest.mark.parametrize(
+    ("x", "p"),
+    [(1.2238, 0.10), (1.3581, 0.05), (1.6276, 0.01), (1.9495, 0.001), (0.2, 1.0)],
+)
+def test_kolmogorov_tail_matches_critical_values(x: float, p: float) -> None:
+    assert _kolmogorov_sf(x) == pytest.approx(p, rel=2e-3)
+
+
+def test_ks_tells_a_shift_from_noise() -> None:
+    rng = random.Random(1)
+    a = [rng.gauss(0.0, 1.0) for _ in range(400)]
+    b = [rng.gauss(0.0, 1.0) for _ in range(400)]
+    shifted = [rng.gauss(0.6, 1.0) for _ in range(400)]
+    assert two_sample_ks(a, b) > 0.01
+    assert two_sample_ks(a, shifted) < 1e-6
+    assert two_sample_ks(a, a) == 1.0
+
+
+def test_ks_counts_ties_once() -> None:
+    # both samples put half their mass on 0 and half on 1: the same distribution, D = 0
+    assert two_sample_ks([0.0, 1.0] * 50, [0.0] * 30 + [1.0] * 30) == 1.0
+    # all of a below all of b: D = 1
+    assert two_sample_ks([0.0] * 50, [1.0] * 50) < 1e-20
+
+
+def test_ks_refuses_empty_or_nan_samples() -> None:
+    with pytest.raises(ValueError, match="sizes 0 and 2"):
+        two_sample_ks([], [1.0, 2.0])
+    with pytest.raises(ValueError, match="NaN"):
+        two_sample_ks([math.nan], [1.0])
