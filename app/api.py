@@ -7,11 +7,12 @@ NaN/Infinity are rejected with 422 naming the field (never coerced, never a 500)
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from core.engine import SamplingParams
+from core.engine.types import LogprobsMode
 
 #: Strictness shared by every model that a client sends.
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -90,6 +91,13 @@ class RolloutRequest(ClientRequest):
     max_tokens: int = Field(ge=1, le=1_048_576, description="cap on generated tokens per response")
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     logprobs: bool = Field(True, description="return the logprob of every generated token")
+    logprobs_mode: LogprobsMode | None = Field(
+        None,
+        description="which logprobs the caller expects: raw (the model's untempered "
+        "log-softmax) or processed (of the distribution each token was sampled from, after "
+        "temperature/top_k/top_p). The service's engines compute one (engine.logprobs_mode, "
+        "default raw; GET /healthz shows it): another is 422. None: the service's",
+    )
     chat_template: bool = Field(
         True, description="wrap text prompts as one user turn of the model's chat template"
     )
@@ -142,6 +150,12 @@ class Response(BaseModel):
     token_ids: list[int]
     text: str
     logprobs: list[float] | None
+    logprobs_mode: LogprobsMode = Field(
+        "raw",
+        description="what logprobs holds: raw = the model's untempered log-softmax of each "
+        "token; processed = its log-probability under the distribution it was sampled from "
+        "(after temperature, top_k, top_p); the service's engine.logprobs_mode",
+    )
     finish_reason: str = Field(
         description="stop | length | abort (abort: the job was cancelled before it finished)"
     )
@@ -182,8 +196,22 @@ class RolloutResponse(BaseModel):
     id: str
     model: str
     policy: str
+    seed_guarantee: SeedGuarantee = Field(
+        description="identical (a re-sent seeded job samples the same tokens) | distribution (its "
+        "chunks may draft: same distribution, not the same tokens) | none (no seed)"
+    )
     groups: list[GroupResult]
     stats: RolloutStats
+
+
+#: What a seed promises for a job (``JobStatus.seed_guarantee``):
+#: ``identical`` = re-sent with the same seed, policy, weights and config, it samples the same
+#: tokens (every chunk is seeded at its position; up to floating-point differences of batch
+#: composition); ``distribution`` = its chunks may carry draft tokens, which depend on how far
+#: the siblings got (timing) and change how the engine's seeded generator is consumed, so a
+#: re-sent job samples the same distribution (speculation is lossless) but not the same
+#: tokens; ``none`` = no seed was given.
+SeedGuarantee = Literal["identical", "distribution", "none"]
 
 
 class JobState(StrEnum):
@@ -227,6 +255,10 @@ class JobStatus(BaseModel):
     id: str
     state: JobState
     policy: str
+    seed_guarantee: SeedGuarantee = Field(
+        description="identical (a re-sent seeded job samples the same tokens) | distribution (its "
+        "chunks may draft: same distribution, not the same tokens) | none (no seed)"
+    )
     error: str | None
     created_at: float = Field(description="Unix time the job was accepted")
     finished_at: float | None

@@ -245,6 +245,16 @@ class ServiceConfig(BaseModel):
         """The engine replicas reserve GPUs."""
         return self.gpus_per_replica > 0
 
+    def engines_draft(self, policy_speculates: bool) -> bool:
+        """Chunks may carry draft tokens: vLLM's ngram drafts for every chunk; grouped vLLM and
+        the sim engine draft for the chunks of a speculating policy; fake engines never."""
+        e = self.engine
+        if e.backend == "vllm" and e.speculation.method == "ngram":
+            return True
+        return policy_speculates and (
+            e.backend == "sim" or (e.backend == "vllm" and e.speculation.method == "grouped")
+        )
+
     def shares_drafts(self) -> bool:
         """The app runs a draft server: it is enabled and the engines draft from group texts
         (the sim backend, or vLLM with grouped speculation)."""

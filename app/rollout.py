@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.api import GroupResult, Response, RolloutRequest, RolloutStats
+from app.api import GroupResult, Response, RolloutRequest, RolloutStats, SeedGuarantee
 from app.store.keys import prompt_key
 from core.engine import ChunkRequest, FinishReason, SamplingParams
-from core.engine.types import SEED_SPACE
+from core.engine.types import SEED_SPACE, LogprobsMode
 from core.scheduling.types import ChunkDecision, GroupSpec
 
 
@@ -47,6 +47,7 @@ class RequestRun:
     accepted: int = 0  # of those, accepted
     policy_version: int = 0  # weights version that sampled its tokens (set at its first chunk)
     restarts: int = 0  # times it started over from its prompt (a weight update cut it)
+    logprobs_mode: LogprobsMode = "raw"  # what the engines' logprobs are (the service's mode)
 
     def chunk(self, decision: ChunkDecision, speculate: bool = False) -> ChunkRequest:
         """The engine request of the chunk ``decision`` asks for, continuing this response;
@@ -123,15 +124,26 @@ class JobPlan:
         return len(self.runs)
 
     @property
+    def seeded(self) -> bool:
+        """The caller gave a seed (every response then has its own)."""
+        return any(r.sampling.seed is not None for r in self.runs.values())
+
+    @property
     def token_budget(self) -> int:
         """Most tokens the job can generate: requests x max_tokens."""
         return len(self.runs) * self.max_tokens
 
 
-def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> JobPlan:
+def expand(
+    job_id: str,
+    req: RolloutRequest,
+    prompts: Sequence[list[int]],
+    logprobs_mode: LogprobsMode = "raw",
+) -> JobPlan:
     """Groups and runs of a job whose prompts are already tokenized (``prompts[i]`` is prompt
-    i's ids); group i's ``prompt_key`` (the length prior's key across iterations) is the
-    caller's prompt id when given, else a hash of its token ids."""
+    i's ids), on engines whose logprobs are ``logprobs_mode``; group i's ``prompt_key`` (the
+    length prior's key across iterations) is the caller's prompt id when given, else a hash of
+    its token ids."""
     groups: list[GroupRun] = []
     runs: dict[str, RequestRun] = {}
     seed = req.sampling.seed
@@ -148,11 +160,27 @@ def expand(job_id: str, req: RolloutRequest, prompts: Sequence[list[int]]) -> Jo
                 sampling = sampling.model_copy(
                     update={"seed": response_seed(seed, i * G + j, req.max_tokens)}
                 )
-            run = RequestRun(gid, j, list(prompt), req.max_tokens, sampling, req.logprobs)
+            run = RequestRun(
+                gid,
+                j,
+                list(prompt),
+                req.max_tokens,
+                sampling,
+                req.logprobs,
+                logprobs_mode=logprobs_mode,
+            )
             runs[rid] = run
             group_runs.append(run)
         groups.append(GroupRun(spec, i, pid, list(prompt), group_runs))
     return JobPlan(job_id, groups, runs, req.max_tokens, iteration=req.iteration)
+
+
+def seed_guarantee(seeded: bool, drafts: bool) -> SeedGuarantee:
+    """What the seed of a job promises (``app.api.SeedGuarantee``) when its chunks may carry
+    draft tokens (``drafts``) or not."""
+    if not seeded:
+        return "none"
+    return "distribution" if drafts else "identical"
 
 
 def group_of_key(group_key: str) -> str:
@@ -181,6 +209,7 @@ def assemble_group(
                 token_ids=list(run.tokens),
                 text=text(run.tokens) if text is not None else "",
                 logprobs=list(run.token_logprobs) if run.logprobs else None,
+                logprobs_mode=run.logprobs_mode,
                 finish_reason=finish,
                 length=len(run.tokens),
                 chunks=len(run.replicas),

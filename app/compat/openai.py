@@ -19,7 +19,7 @@ from app.api import ClientRequest, GroupResult, PromptIds, PromptText, RolloutRe
 from app.compat.native import native_rollout
 from app.compat.stop import cut_at_stop
 from core.engine import SamplingParams
-from core.engine.types import SEED_SPACE
+from core.engine.types import SEED_SPACE, LogprobsMode
 
 Prompt = PromptText | PromptIds | list[PromptText] | list[PromptIds]
 
@@ -105,6 +105,10 @@ class Choice(BaseModel):
     token_ids: list[int]
     prompt_token_ids: list[int]
     policy_version: int
+    logprobs_mode: LogprobsMode = Field(
+        description="raw (the model's untempered logprobs) | processed (of the distribution "
+        "sampled from); see the native API"
+    )
 
 
 class Usage(BaseModel):
@@ -167,6 +171,7 @@ def completion_response(
                     token_ids=cut.token_ids,
                     prompt_token_ids=g.prompt_token_ids,
                     policy_version=r.policy_version,
+                    logprobs_mode=r.logprobs_mode,
                 )
             )
     completion = sum(len(c.token_ids) for c in choices)

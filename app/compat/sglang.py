@@ -170,6 +170,7 @@ def generate_response(
                 "prompt_tokens": len(g.prompt_token_ids),
                 "completion_tokens": n,
                 "policy_version": r.policy_version,
+                "logprobs_mode": r.logprobs_mode,
             }
             if req.return_logprob:
                 lps = cut.logprobs or []

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.drafting.step_drafter import DraftSettings
+from core.engine.types import LogprobsMode
 
 #: Table 3 presets of ``core.sim.workload.PRESETS`` (listed here so configs validate without
 #: importing numpy; tests/app/test_sim_engine.py checks the two lists agree).
@@ -155,6 +156,13 @@ class EngineConfig(BaseModel):
         "processes of the replica, which holds every GPU of its engine (one node); ray = Ray "
         "actors, one per GPU bundle of the replica's placement group (Ray Serve LLM's layout; "
         "spans nodes under placement_strategy PACK)",
+    )
+    logprobs_mode: LogprobsMode = Field(
+        "raw",
+        description="which logprobs responses carry (fixed at engine start): raw = the model's "
+        "untempered log-softmax of each sampled token (vLLM raw_logprobs); processed = its "
+        "log-probability under the distribution it was sampled from, after temperature, top_k "
+        "and top_p (vLLM processed_logprobs). Equal at T=1 without top_k/top_p",
     )
     seed: int = Field(0, ge=0, description="engine RNG seed")
     start_timeout_s: float = Field(600.0, gt=0, le=7200, description="engine start deadline")

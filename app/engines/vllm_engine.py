@@ -65,6 +65,7 @@ def engine_kwargs(config: EngineConfig, model_path: Path, cpu: bool) -> dict[str
         disable_log_stats=False,
         worker_extension_cls=WORKER_EXTENSION,
         tensor_parallel_size=config.tensor_parallel_size,
+        logprobs_mode=f"{config.logprobs_mode}_logprobs",
     )
     if config.tensor_parallel_size > 1:
         kwargs["distributed_executor_backend"] = config.executor

@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from app.api import GroupResult, JobState, JobStatus
 from app.config import ServiceConfig
-from app.rollout import JobPlan, RequestRun, assemble_group
+from app.rollout import JobPlan, RequestRun, assemble_group, seed_guarantee
 from app.serve.detached import detached
 from app.serve.job_book import JobBook
 from app.serve.jobs import Job, JobError
@@ -266,7 +266,8 @@ class Dispatcher:
                 f"replica holds {room}",
             )
         self.book.check(plan)  # 422 per-job limits, 409 id held, 429 open totals
-        job = Job(plan=plan, policy=self.policy)
+        drafts = self.config.engines_draft(self.plan.speculate)
+        job = Job(plan=plan, policy=self.policy, seed_guarantee=seed_guarantee(plan.seeded, drafts))
         self.book.add(job)
         self._idle.clear()
         self._inbox.append(job)

@@ -338,8 +338,15 @@ class Ingress:
                     f"the service runs policy {running!r}, not {req.policy!r} (the policy is "
                     "the scheduler deployment's user_config; see README)",
                 )
+        mode = self.config.engine.logprobs_mode
+        if req.logprobs_mode is not None and req.logprobs_mode != mode:
+            raise _unprocessable(
+                ["logprobs_mode"],
+                f"the service's engines return {mode!r} logprobs, not {req.logprobs_mode!r} "
+                "(engine.logprobs_mode in the service config; fixed at engine start)",
+            )
         prompts = await self._prompt_ids(req)
-        plan = expand(job_id or uuid.uuid4().hex[:12], req, prompts)
+        plan = expand(job_id or uuid.uuid4().hex[:12], req, prompts, mode)
         plan.cancel_digest = cancel_digest
         status: JobStatus = await self._call("submit", plan)
         return status.id
@@ -418,6 +425,7 @@ class Ingress:
             id=job_id,
             model=self.config.engine.model,
             policy=st.policy,
+            seed_guarantee=st.seed_guarantee,
             groups=groups,
             stats=rollout_stats(groups, st.created_at),
         )

@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from app.api import GroupResult, JobProgress, JobState, JobStatus
+from app.api import GroupResult, JobProgress, JobState, JobStatus, SeedGuarantee
 from app.rollout import JobPlan
 
 
@@ -47,6 +47,7 @@ class Refusal:
 class Job:
     plan: JobPlan
     policy: str
+    seed_guarantee: SeedGuarantee = "none"
     created_at: float = field(default_factory=time.time)
     state: JobState = JobState.QUEUED
     error: str | None = None
@@ -95,6 +96,7 @@ class Job:
             id=self.id,
             state=self.state,
             policy=self.policy,
+            seed_guarantee=self.seed_guarantee,
             error=self.error,
             created_at=self.created_at,
             finished_at=self.finished_at,

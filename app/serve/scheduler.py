@@ -34,6 +34,7 @@ from app.store.config import check_shared
 from app.store.writer import WriterStats
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
+from core.engine.types import LogprobsMode
 
 log = logging.getLogger("seer.scheduler")
 P = ParamSpec("P")
@@ -115,6 +116,7 @@ class ServeLinks:
 class ServiceHealth(BaseModel):
     status: str  # ok (every replica healthy) | degraded (some) | unavailable (none)
     policy: str
+    logprobs_mode: LogprobsMode  # which logprobs every response carries (engine.logprobs_mode)
     accepting: bool
     open_jobs: int
     scheduler_node_id: str  # the Ray node the scheduler runs on (app.serve.placement)
@@ -246,6 +248,7 @@ class SeerScheduler:
         return ServiceHealth(
             status=status,
             policy=d.policy,
+            logprobs_mode=self.config.engine.logprobs_mode,
             accepting=d.accepting,
             open_jobs=d.open_jobs,
             scheduler_node_id=self.node_id,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -21,6 +22,13 @@ class FinishReason(StrEnum):
     CHUNK = "chunk"  # this chunk's budget is used; the request continues in a later chunk
     ABORT = "abort"  # the chunk was aborted before it finished
 
+
+#: Which log-probabilities a chunk's ``logprobs`` hold (fixed per engine, at its start):
+#: ``raw`` = the model's own, log-softmax of the untempered logits (vLLM ``raw_logprobs``);
+#: ``processed`` = of the distribution each token was actually sampled from, after temperature,
+#: top_k and top_p (vLLM ``processed_logprobs``); the two agree only at T=1 with no truncation.
+LogprobsMode = Literal["raw", "processed"]
+LOGPROBS_MODES: tuple[LogprobsMode, ...] = ("raw", "processed")
 
 #: Seeds are 32-bit: engines on CPU draw identical samples for seeds that differ by 2**32.
 SEED_SPACE = 2**32

@@ -59,8 +59,9 @@ def test_documented_request_is_served(url: str, path: str, style: str, body: Any
     prompts = body.get("prompts") or [body.get("prompt") or body.get("input_ids")]
     assert len(samples) == n * len(prompts)
     for s in samples:
-        version = s["meta_info"]["policy_version"] if path == "/generate" else s["policy_version"]
-        assert isinstance(version, int)
+        tags = s["meta_info"] if path == "/generate" else s
+        assert isinstance(tags["policy_version"], int)
+        assert tags["logprobs_mode"] == "raw"  # the service's (engine.logprobs_mode default)
         if path == "/generate":
             meta = s["meta_info"]
             assert meta["finish_reason"]["type"] in ("stop", "length")

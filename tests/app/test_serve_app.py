@@ -91,7 +91,35 @@ def test_seeded_rollout_is_reproducible(client: httpx.Client) -> None:
     a, b = _rollout(client, **body).json(), _rollout(client, **body).json()
     ids = [[x["token_ids"] for x in o["groups"][0]["responses"]] for o in (a, b)]
     assert ids[0] == ids[1]
+    assert a["seed_guarantee"] == b["seed_guarantee"] == "identical"  # verl never drafts
     assert a["groups"][0]["responses"][0]["logprobs"] is None
+
+
+def test_a_seed_under_speculation_promises_the_distribution_not_the_tokens(
+    client: httpx.Client, use_policy: Any
+) -> None:
+    """Under seer the replicas (grouped speculation) draft: drafts consume the seeded generator
+    in vLLM's rejection sampler, so the same seed samples other tokens than without drafts, and
+    the job says its seed guarantees the distribution only (docs/api.md)."""
+    body = {
+        "prompts": ["Name a color.", "Count to five."],
+        "group_size": 4,
+        "max_tokens": 24,
+        "sampling": {"temperature": 1.0, "seed": 9},
+    }
+    plain = _rollout(client, **body).json()
+    use_policy("seer")
+    drafted = _rollout(client, **body).json()
+    assert plain["seed_guarantee"] == "identical" and drafted["seed_guarantee"] == "distribution"
+    assert drafted["stats"]["drafted_tokens"] > 0
+    pairs = [
+        (p["token_ids"], d["token_ids"], d["drafted_tokens"])
+        for gp, gd in zip(plain["groups"], drafted["groups"], strict=True)
+        for p, d in zip(gp["responses"], gd["responses"], strict=True)
+    ]
+    assert any(p != d for p, d, n in pairs if n > 0), pairs
+    unseeded = _rollout(client, **{**body, "sampling": {"temperature": 1.0}}).json()
+    assert unseeded["seed_guarantee"] == "none"
 
 
 @pytest.mark.parametrize("policy", ["divided", "context"])

@@ -125,6 +125,29 @@ def test_wait_form_returns_the_whole_rollout(client: httpx.Client) -> None:
     assert out["policy"] == "divided" and [g["prompt_index"] for g in out["groups"]] == [0, 1]
     assert out["groups"][1]["prompt_token_ids"] == [70, 71]
     assert out["stats"]["requests"] == 4 and out["stats"]["chunks"] >= 4
+    assert out["seed_guarantee"] == "none"  # no seed given
+    assert {x["logprobs_mode"] for g in out["groups"] for x in g["responses"]} == {"raw"}
+
+
+def test_a_job_says_what_its_seed_and_its_logprobs_are(client: httpx.Client) -> None:
+    """A seeded job on engines that never draft promises identical tokens when re-sent (and
+    keeps it); the logprobs are the service's mode, and asking for another is 422."""
+    assert client.get("/healthz").json()["logprobs_mode"] == "raw"
+    body = {"prompts": ["a"], "group_size": 2, "max_tokens": 12, "sampling": {"seed": 5}}
+    job = _submit(client, **body)
+    assert client.get(f"/v1/rollouts/{job['id']}").json()["seed_guarantee"] == "identical"
+    a = client.post("/v1/rollouts", json={**body, "wait": True, "logprobs_mode": "raw"}).json()
+    b = client.post("/v1/rollouts", json={**body, "wait": True}).json()
+    assert a["seed_guarantee"] == b["seed_guarantee"] == "identical"
+    assert [x["token_ids"] for x in a["groups"][0]["responses"]] == [
+        x["token_ids"] for x in b["groups"][0]["responses"]
+    ]
+    r = client.post("/v1/rollouts", json={**body, "logprobs_mode": "processed"})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "logprobs_mode"]
+    assert "'raw' logprobs, not 'processed'" in r.json()["detail"][0]["msg"]
+    r = client.post("/v1/rollouts", json={**body, "logprobs_mode": "tempered"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "logprobs_mode"]
 
 
 def test_cancel_aborts_the_job_s_chunks_at_once(client: httpx.Client) -> None:
