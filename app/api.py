@@ -192,18 +192,6 @@ class RolloutStats(BaseModel):
     accepted_tokens: int = 0
 
 
-class RolloutResponse(BaseModel):
-    id: str
-    model: str
-    policy: str
-    seed_guarantee: SeedGuarantee = Field(
-        description="identical (a re-sent seeded job samples the same tokens) | distribution (its "
-        "chunks may draft: same distribution, not the same tokens) | none (no seed)"
-    )
-    groups: list[GroupResult]
-    stats: RolloutStats
-
-
 #: What a seed promises for a job (``JobStatus.seed_guarantee``):
 #: ``identical`` = re-sent with the same seed, policy, weights and config, it samples the same
 #: tokens (every chunk is seeded at its position; up to floating-point differences of batch
@@ -212,6 +200,19 @@ class RolloutResponse(BaseModel):
 #: re-sent job samples the same distribution (speculation is lossless) but not the same
 #: tokens; ``none`` = no seed was given.
 SeedGuarantee = Literal["identical", "distribution", "none"]
+SEED_GUARANTEE_DOC = (
+    "identical (a re-sent seeded job samples the same tokens) | distribution (its chunks may "
+    "draft: same distribution, not the same tokens) | none (no seed)"
+)
+
+
+class RolloutResponse(BaseModel):
+    id: str
+    model: str
+    policy: str
+    seed_guarantee: SeedGuarantee = Field(description=SEED_GUARANTEE_DOC)
+    groups: list[GroupResult]
+    stats: RolloutStats
 
 
 class JobState(StrEnum):
@@ -255,10 +256,7 @@ class JobStatus(BaseModel):
     id: str
     state: JobState
     policy: str
-    seed_guarantee: SeedGuarantee = Field(
-        description="identical (a re-sent seeded job samples the same tokens) | distribution (its "
-        "chunks may draft: same distribution, not the same tokens) | none (no seed)"
-    )
+    seed_guarantee: SeedGuarantee = Field(description=SEED_GUARANTEE_DOC)
     error: str | None
     created_at: float = Field(description="Unix time the job was accepted")
     finished_at: float | None

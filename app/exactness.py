@@ -1,8 +1,8 @@
 """``seer exactness``: proof that grouped speculation keeps rollouts on-policy.
 
 Two engines of one model run the same work, one after the other: ``spec`` (grouped drafting on
-every chunk, fixed lengths, every path kept: speculation as aggressive as it gets) and ``plain``
-(no speculation). Three checks:
+every chunk, fixed lengths: as much speculation as the group's text offers) and ``plain`` (no
+speculation). Four checks:
 
 (a) greedy: G responses per prompt at temperature 0, chunked like the service chunks them;
     every response must be identical token for token on both engines.
@@ -12,16 +12,18 @@ every chunk, fixed lengths, every path kept: speculation as aggressive as it get
     positions 1, 4, 17, 20 (17 and 20 after a continuation chunk) are compared by a two-sample
     chi-square test (a response that ended before a position counts as "ended"), and the
     per-response mean logprob, which sums every position, by a two-sample Kolmogorov-Smirnov
-    test.
+    test. M = 160 by default, chosen from the measured power curve
+    (``app.bench.exactness_power``, docs/speculation.md).
 (c) logprobs: the logprobs the spec engine returned for its tokens equal the target model's,
-    scored by one plain prefill of the same tokens.
+    scored by one plain prefill of the same tokens (under vLLM's own rule).
+(d) the spec engine accepted draft tokens at all (otherwise nothing was tested).
 
 The verdict is PASS when (a) holds, every p-value of (b) is at least ``alpha / tests``
-(Bonferroni), the largest logprob difference is within ``logprob_tol``, and the spec engine
-accepted draft tokens at all (otherwise nothing was tested). ``broken_rule`` (test-only, one of
-``app.engines.broken_acceptance.BROKEN_RULES``) breaks the spec engine's verification on
-purpose: the verdict must then be FAIL; every rule but ``accept-all`` keeps greedy identical,
-so its FAIL must come from (b).
+(Bonferroni), (c) is within ``logprob_tol`` and (d) holds. A rule from
+``app.engines.broken_acceptance.BROKEN_RULES`` (test-only) breaks the spec engine's verification
+on purpose, switched live between runs, so one pair of engines serves vLLM's own rule and every
+broken one (``collect``): a broken rule's verdict must be FAIL; every rule but ``accept-all``
+keeps greedy identical, so its FAIL must come from (b).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class ExactnessParams:
     max_tokens: int = 24  # tokens per response, 8..1024
     chunk_tokens: int = 16  # chunk budget (continuations are re-submitted), 1..max_tokens
     positions: tuple[int, ...] = (1, 4, 17, 20)  # tested positions, each < max_tokens
-    alpha: float = 1e-3  # family-wise significance level of the chi-square tests, (0, 0.5]
+    alpha: float = 1e-3  # family-wise significance level of check (b)'s tests, (0, 0.5]
     logprob_tol: float = 1e-3  # largest allowed |returned - scored| logprob, (0, 1]
     num_speculative_tokens: int = 4  # K of the spec engine, 1..16
     seed: int = 0

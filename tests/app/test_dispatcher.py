@@ -614,3 +614,28 @@ def test_two_concurrent_speculation_updates_both_land() -> None:
             await d.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("engine", "policy", "drafts"),
+    [
+        ({"backend": "vllm", "speculation": {"method": "grouped"}}, "seer", True),
+        ({"backend": "vllm", "speculation": {"method": "grouped"}}, "context", False),
+        ({"backend": "vllm", "speculation": {"method": "ngram"}}, "verl", True),
+        ({"backend": "vllm", "speculation": {"method": "none"}}, "seer", False),
+        ({"backend": "sim"}, "seer", True),
+        ({"backend": "sim"}, "divided", False),
+        ({"backend": "fake"}, "seer", False),
+    ],
+)
+def test_a_job_s_seed_guarantee_follows_whether_its_chunks_can_draft(
+    engine: dict[str, Any], policy: str, drafts: bool
+) -> None:
+    """identical only where no chunk can carry draft tokens (they consume vLLM's seeded
+    generator); ngram drafts whatever the policy; unseeded jobs promise nothing."""
+    from app.rollout import seed_guarantee
+
+    cfg = ServiceConfig(engine=EngineConfig(**engine))
+    assert cfg.engines_draft(cfg.resolve_policy(policy).speculate) is drafts
+    assert seed_guarantee(True, drafts) == ("distribution" if drafts else "identical")
+    assert seed_guarantee(False, drafts) == "none"

@@ -27,15 +27,18 @@ ROOT = Path(__file__).parents[2]
 KEYS = {"verdict", "greedy_identical", "sampled_check", "broken_rule", "logprob_max_abs_diff"}
 
 
-def _exactness(*args: str) -> tuple[int, Any]:
-    cmd = [sys.executable, "-c", "from app.cli import main; main()", "exactness", "--json"]
-    proc = subprocess.run(
-        [*cmd, *args],
+def _seer_exactness(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from app.cli import main; main()", "exactness", *args],
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def _exactness(*args: str) -> tuple[int, Any]:
+    proc = _seer_exactness("--json", *args, timeout=1500)
     assert proc.stdout.strip(), proc.stderr[-3000:]
     return proc.returncode, json.loads(proc.stdout)  # stdout is the report alone
 
