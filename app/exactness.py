@@ -233,10 +233,14 @@ def sampled_tests(
 
 
 def rejected(p: ExactnessParams, tests: list[SampledTest]) -> list[SampledTest]:
-    """The tests whose p-value is below the Bonferroni level ``alpha / len(tests)``: check (b)
-    fails iff any is."""
-    level = p.alpha / len(tests)
+    """The tests whose p-value is below the Bonferroni level: check (b) fails iff any is."""
+    level = bonferroni_level(p, tests)
     return [t for t in tests if t.p_value < level]
+
+
+def bonferroni_level(p: ExactnessParams, tests: list[SampledTest]) -> float:
+    """Each test's significance level: ``alpha`` spread over the family of ``tests``."""
+    return p.alpha / len(tests)
 
 
 def _engine_config(p: ExactnessParams, method: str) -> EngineConfig:
@@ -334,7 +338,7 @@ def judge(p: ExactnessParams, c: Collected, i: int, seconds: float = 0.0) -> Exa
     if not identical:
         bad = sum(a.tokens != b.tokens for a, b in pairs)
         failures.append(f"{bad} of {len(pairs)} greedy responses differ with speculation")
-    level = p.alpha / len(tests)
+    level = bonferroni_level(p, tests)
     failed = rejected(p, tests)
     for t in failed:
         what = f"position {t.position}" if t.position is not None else "mean logprob"

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from app.engines.broken_acceptance import BROKEN_RULES
+from app.engines.broken_acceptance import BROKEN_RULES, check_rule
 from app.engines.chunked import ResponseRun
 from app.exactness import ExactnessParams, collect, rejected, sampled_tests
 
@@ -124,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.reps <= 64:
         ap.error(f"--reps {args.reps}: need 1..64")
     for rule in args.rules.split(","):
-        if rule not in BROKEN_RULES:
-            ap.error(f"--rules: {rule!r} is not one of {', '.join(BROKEN_RULES)}")
+        try:
+            check_rule(rule)
+        except ValueError as exc:
+            ap.error(f"--rules: {exc}")
     pool = args.group * args.reps
     if any(not 2 <= n <= pool for n in sizes):
         ap.error(f"--sizes {args.sizes}: each must be in [2, {pool}] (the pool)")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.engines.broken_acceptance import BROKEN_RULES, PROOF_RULES
+from app.engines.broken_acceptance import BROKEN_RULES, PROOF_RULES, check_rule
 from app.prompts import DEMO_PROMPTS
 
 if TYPE_CHECKING:
@@ -110,12 +110,11 @@ def exactness(
     if broken_rule is not None and every_rule:
         typer.echo("error: --broken-rule and --every-rule exclude each other", err=True)
         raise typer.Exit(2)
-    if broken_rule is not None and broken_rule not in BROKEN_RULES:
-        typer.echo(
-            f"error: --broken-rule {broken_rule!r}: not one of {', '.join(BROKEN_RULES)}",
-            err=True,
-        )
-        raise typer.Exit(2)
+    try:
+        check_rule(broken_rule)
+    except ValueError as exc:
+        typer.echo(f"error: --broken-rule: {exc}", err=True)
+        raise typer.Exit(2) from None
     try:
         params = ExactnessParams(
             model=model,

@@ -28,7 +28,6 @@ class FinishReason(StrEnum):
 #: ``processed`` = of the distribution each token was actually sampled from, after temperature,
 #: top_k and top_p (vLLM ``processed_logprobs``); the two agree only at T=1 with no truncation.
 LogprobsMode = Literal["raw", "processed"]
-LOGPROBS_MODES: tuple[LogprobsMode, ...] = ("raw", "processed")
 
 #: Seeds are 32-bit: engines on CPU draw identical samples for seeds that differ by 2**32.
 SEED_SPACE = 2**32
