@@ -24,18 +24,14 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import hmac
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol
-
-from pydantic import BaseModel
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from app.api import GroupResult, JobState, JobStatus
 from app.config import ServiceConfig
@@ -44,87 +40,29 @@ from app.serve.detached import detached
 from app.serve.job_book import JobBook
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
+from app.serve.replica_pool import (
+    EngineLinks,
+    Replica,
+    ReplicaHealth,
+    ReplicaPool,
+    ReplicaState,
+    ReplicaUnavailable,
+)
 from app.serve.speculation import SharedDrafts, SpeculationControl, SpeculationState
+from app.serve.weight_updater import WeightUpdater
 from app.serve.weights import WeightsState, WeightsUpdate
 from app.store.keys import prompt_hash
 from core.drafting.step_drafter import DraftSettings
-from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+from core.engine import ChunkRequest, ChunkResult, FinishReason
 from core.events import DraftStats, EventSink, GroupInfo, JobFinished, JobStarted
 from core.events import ReplicaLoadSample as LoadSample
 from core.scheduling.estimate import LengthPrior
 from core.scheduling.policies import PolicyPlan
 from core.scheduling.scheduler import Scheduler
-from core.scheduling.types import ChunkDecision, ReplicaSpec, RequestPhase
+from core.scheduling.types import ChunkDecision, RequestPhase
 from core.sim.simulator import tail_time
 
 log = logging.getLogger("seer.dispatcher")
-
-
-class ReplicaUnavailable(RuntimeError):
-    """The replica could not run the call (its process died, it is restarting, it timed out)."""
-
-
-class EngineLinks(Protocol):
-    """How the dispatcher reaches the engine replicas, by index."""
-
-    @property
-    def replica_ids(self) -> Sequence[str]: ...
-
-    async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult: ...
-
-    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
-        """Abort the chunk of ``request_id`` that continues at ``generated`` tokens, also when
-        it has not reached the replica yet; True when it was running."""
-        ...
-
-    async def load(self, replica: int) -> EngineLoad: ...
-
-    async def configure_speculation(
-        self, replica: int, settings: DraftSettings
-    ) -> DraftSettings: ...
-
-    async def release_groups(self, replica: int, group_ids: list[str]) -> int: ...
-
-    async def update_weights(
-        self, replica: int, path: str, version: int, digest: str | None
-    ) -> str:
-        """Load ``path`` as ``version``; with ``digest``, refuse a checkpoint of another one
-        (nothing loaded). Returns the digest of what was loaded."""
-        ...
-
-
-class ReplicaState(StrEnum):
-    """STARTING -> HEALTHY <-> DOWN | STALE; any -> FAILED (kept out of rotation for good)."""
-
-    STARTING = "starting"  # has not answered a health probe yet
-    HEALTHY = "healthy"  # in rotation
-    DOWN = "down"  # lost a chunk or missed a probe; back in rotation once it answers again
-    STALE = "stale"  # answers, but runs other weights than the current version: out of
-    # rotation, loading them; back once it reports the current version
-    FAILED = "failed"  # lost chunks max_replica_failures times within failure_window_s
-
-
-class ReplicaHealth(BaseModel):
-    replica_id: str
-    node_id: str  # the Ray node it last reported from ('' until it answers)
-    gpu_ids: list[str]  # the GPUs it was given (empty on CPU)
-    state: ReplicaState
-    since: float
-    failures: int
-    error: str | None
-    load: EngineLoad | None
-    reserved_kv_tokens: int
-
-
-@dataclass
-class _Replica:
-    replica_id: str
-    state: ReplicaState = ReplicaState.STARTING
-    since: float = field(default_factory=time.time)
-    failures: deque[float] = field(default_factory=deque)
-    error: str | None = None
-    load: EngineLoad | None = None
-    syncing: bool = False  # loading the current weights before it rejoins
 
 
 @dataclass
@@ -161,8 +99,11 @@ class Dispatcher:
         self.metrics = metrics or ServiceMetrics()
         self.plan = plan
         self._pending_plan: PolicyPlan | None = None
-        self.replicas = [_Replica(rid) for rid in links.replica_ids]
-        self.weights = WeightsState(version=0)  # engines start with the configured model
+        self.pool = ReplicaPool(links, config, self.metrics, listener=self)
+        self.speculation = SpeculationControl(
+            links, config.engine.speculation.settings, config.replica_call_timeout_s, sink, drafts
+        )
+        self.updater = WeightUpdater(links, self.pool, self.speculation, config, control=self)
         self.scheduler = self._new_scheduler(plan)
         self.book = JobBook(config.limits, config.job_ttl_s, config.request_timeout_s)
         self._inbox: deque[Job] = deque()
@@ -179,9 +120,6 @@ class Dispatcher:
         self._closing = False
         self._loop_task: asyncio.Task[None] | None = None
         self._health_task: asyncio.Task[None] | None = None
-        self.speculation = SpeculationControl(
-            links, config.engine.speculation.settings, config.replica_call_timeout_s, sink, drafts
-        )
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -204,26 +142,23 @@ class Dispatcher:
                     await task
 
     def _new_scheduler(self, plan: PolicyPlan) -> Scheduler:
-        specs = [self._spec(i) for i in range(len(self.replicas))]
+        specs = [self.pool.spec(i) for i in range(len(self.pool))]
         prior = self.prior if plan.uses_prior else None
         s = Scheduler(plan.config, specs, prior=prior, sink=self.sink, clock=time.time)
-        for i, rep in enumerate(self.replicas):
+        for i, rep in enumerate(self.pool.replicas):
             if rep.state is not ReplicaState.HEALTHY:
                 s.set_replica_available(i, False)
-        s.set_policy_version(self.weights.version)
+        s.set_policy_version(self.updater.version)
         return s
 
-    def _spec(self, i: int) -> ReplicaSpec:
-        """Capacity of replica i from its last load report (engine config until it answers)."""
-        eng = self.config.engine
-        load = self.replicas[i].load
-        kv = load.kv_capacity_tokens if load is not None else 0
-        running = load.max_running if load is not None else 0
-        return ReplicaSpec(
-            self.replicas[i].replica_id,
-            kv or eng.max_model_len * eng.max_num_seqs,
-            running or eng.max_num_seqs,
-        )
+    @property
+    def replicas(self) -> list[Replica]:
+        return self.pool.replicas
+
+    @property
+    def weights(self) -> WeightsState:
+        """The weights the service samples with."""
+        return self.updater.state
 
     # ------------------------------------------------------------------ policy
     @property
@@ -258,7 +193,7 @@ class Dispatcher:
         if not self.accepting:
             raise JobError(503, "the service is shutting down; not accepting rollouts")
         need = max(len(g.prompt) for g in plan.groups) + plan.max_tokens
-        room = max(self._spec(i).kv_capacity_tokens for i in range(len(self.replicas)))
+        room = max(self.pool.spec(i).kv_capacity_tokens for i in range(len(self.pool)))
         if self.plan.config.divided and need > room:
             raise JobError(
                 422,
@@ -344,7 +279,7 @@ class Dispatcher:
             held = [g.spec for g in job.plan.groups if g.spec.group_id in self._groups]
             rids = [rid for spec in held for rid in spec.request_ids]
             for rid in self.scheduler.cancel_requests(rids):
-                self._spawn(self._abort(self._in_flight[rid]))
+                self.spawn(self._abort(self._in_flight[rid]))
                 aborting += 1
             for spec in held:  # a joined group goes on while other jobs' requests are open
                 if spec.group_id in self._groups and self.scheduler.group_done(spec.group_id):
@@ -383,21 +318,18 @@ class Dispatcher:
         self._groups.discard(group_id)
         self.speculation.group_done(group_id)
 
-    def _live(self) -> list[int]:
-        return [i for i, r in enumerate(self.replicas) if r.state is ReplicaState.HEALTHY]
-
     async def configure_speculation(
         self, settings: DraftSettings, who: str, reason: str | None = None
     ) -> SpeculationState:
         """New drafting settings for every replica, live (see ``app.serve.speculation``)."""
-        return await self.speculation.set(settings, who, reason, self._live())
+        return await self.speculation.set(settings, who, reason, self.pool.live())
 
     async def update_speculation(
         self, patch: Mapping[str, Any], who: str, reason: str | None = None
     ) -> SpeculationState:
         """The current drafting settings with ``patch``'s fields changed, merged under the
         settings' lock (``PUT /v1/speculation``), for every replica, live."""
-        return await self.speculation.update(patch, who, reason, self._live())
+        return await self.speculation.update(patch, who, reason, self.pool.live())
 
     async def update_weights(
         self,
@@ -406,108 +338,36 @@ class Dispatcher:
         abort_running: bool = False,
         digest: str | None = None,
     ) -> WeightsUpdate:
-        """Load new policy weights into every replica between chunks (see
-        ``app.serve.weights``); 409 while another update runs or for a version that does not
-        increase, 504 past ``weight_update_timeout_s``, 503 when no replica loaded them.
-        Verified where they are loaded: with ``digest`` (the trainer's) a replica that reads
-        another checkpoint loads nothing; without, every replica's digest must be the one most
-        of them read, and one that read other bytes leaves rotation for good (FAILED)."""
-        w = self.weights
-        if w.updating:
-            raise JobError(409, "a weight update is already running")
-        new = w.version + 1 if version is None else version
-        if new <= w.version:
-            raise JobError(
-                409, f"version={new} must be above the current policy_version={w.version}"
-            )
-        t0 = time.time()
-        deadline = t0 + self.config.weight_update_timeout_s
-        self.weights = w.model_copy(update={"updating": True})
+        """Load new policy weights into every replica between chunks (``app.serve.weights``
+        says what that promises, ``app.serve.weight_updater`` how it is done)."""
+        return await self.updater.update(path, version, abort_running, digest)
+
+    # ------------------------------------------------------------------ DispatchControl
+    async def quiesce(self, abort_running: bool, timeout_s: float) -> tuple[int, int]:
+        """Pause dispatch (until ``resume``); abort the chunks in flight when asked (their
+        tokens are dropped: the requests restart); wait at most ``timeout_s`` for none to be in
+        flight. Returns (chunks aborted, chunks still in flight)."""
         self._paused = True
         aborted = 0
-        try:
-            if abort_running:
-                for flight in self._in_flight.values():
-                    flight.restart = True
-                    aborted += 1
-                    self._spawn(self._abort(flight))
-            if self._in_flight:
-                self._quiet.clear()
-                try:
-                    await asyncio.wait_for(self._quiet.wait(), max(deadline - time.time(), 0))
-                except TimeoutError:
-                    raise JobError(
-                        504,
-                        f"{len(self._in_flight)} chunks still running after "
-                        f"weight_update_timeout_s={self.config.weight_update_timeout_s:g}; "
-                        "weights unchanged (retry with abort_running)",
-                    ) from None
-            t_drained = time.time()
-            restarted = self._restart_partial()
-            live = self._live()
-            outcomes = await asyncio.gather(
-                *(
-                    asyncio.wait_for(
-                        self.links.update_weights(i, path, new, digest),
-                        max(deadline - time.time(), 1),
-                    )
-                    for i in live
-                ),
-                return_exceptions=True,
-            )
-            t_loaded = time.time()
-            ok = [
-                i for i, o in zip(live, outcomes, strict=True) if not isinstance(o, BaseException)
-            ]
-            failed = {
-                self.replicas[i].replica_id: repr(o)
-                for i, o in zip(live, outcomes, strict=True)
-                if isinstance(o, BaseException)
-            }
-            if not ok:
-                raise JobError(
-                    503, f"no replica loaded the weights at {path!r}: {failed}; weights unchanged"
-                )
-            for i in live:
-                if i not in ok:
-                    self._set_state(i, ReplicaState.STALE, f"loading weights v{new} failed")
-            read = {i: str(o) for i, o in zip(live, outcomes, strict=True) if i in ok}
-            agreed = digest or collections.Counter(read.values()).most_common(1)[0][0]
-            for i, d in read.items():
-                if d != agreed:  # it runs what no other replica does: never again in rotation
-                    why = f"loaded weights v{new} with digest {d}, not {agreed} (as the others)"
-                    failed[self.replicas[i].replica_id] = why
-                    self._set_state(i, ReplicaState.FAILED, why)
-            ok = [i for i in ok if read[i] == agreed]
-            for i in ok:  # what they run now; /healthz shows it before their next probe
-                rep = self.replicas[i]
-                if rep.load is not None:
-                    rep.load = rep.load.model_copy(update={"weights_version": new})
-            await self.speculation.reset_shared()
-            self.weights = WeightsState(version=new, path=path, digest=agreed, updated_at=t_loaded)
-            self.scheduler.set_policy_version(new)
-            log.info(
-                "policy weights v%d -> v%d from %s (%d restarted)", w.version, new, path, restarted
-            )
-        finally:
-            if self.weights.updating:
-                self.weights = self.weights.model_copy(update={"updating": False})
-            self._paused = False
-            self._wake.set()
-        return WeightsUpdate(
-            version=new,
-            previous_version=w.version,
-            seconds=time.time() - t0,
-            drain_seconds=t_drained - t0,
-            load_seconds=t_loaded - t_drained,
-            restarted_requests=restarted,
-            aborted_chunks=aborted,
-            replicas=[self.replicas[i].replica_id for i in ok],
-            failed_replicas=failed,
-            digest=self.weights.digest or "",
-        )
+        if abort_running:
+            for flight in self._in_flight.values():
+                flight.restart = True
+                aborted += 1
+                self.spawn(self._abort(flight))
+        if self._in_flight:
+            self._quiet.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), timeout_s)
+        return aborted, len(self._in_flight)
 
-    def _restart_partial(self) -> int:
+    def resume(self) -> None:
+        self._paused = False
+        self._wake.set()
+
+    def weights_loaded(self, version: int) -> None:
+        self.scheduler.set_policy_version(version)
+
+    def restart_partial(self) -> int:
         """Start over every unfinished request holding tokens (no chunk is in flight)."""
         n = 0
         for job in self.book.open_jobs():
@@ -555,7 +415,7 @@ class Dispatcher:
             for d in self.scheduler.schedule():
                 self._start_chunk(d, now)
         if self.speculation.wants_flush:
-            self._spawn(self.speculation.flush(self._live()))
+            self.spawn(self.speculation.flush(self.pool.live()))
         if self._in_flight:
             self._quiet.clear()
         else:
@@ -584,17 +444,17 @@ class Dispatcher:
         job.started_at = now
         job.touch()
         if self.sink is not None:
-            self.sink.emit(_job_started(job, now, self.weights.version))
+            self.sink.emit(_job_started(job, now, self.updater.version))
 
     def _start_chunk(self, d: ChunkDecision, now: float) -> None:
         job = self._request_job[d.request_id]
         run = job.plan.runs[d.request_id]
         if d.generated == 0:
-            run.policy_version = self.weights.version
+            run.policy_version = self.updater.version
         flight = _InFlight(d, job, run, now)
         self._in_flight[d.request_id] = flight
         self.metrics.decisions.inc()
-        flight.task = self._spawn(self._chunk_task(flight, run.chunk(d, self.plan.speculate)))
+        flight.task = self.spawn(self._chunk_task(flight, run.chunk(d, self.plan.speculate)))
 
     async def _chunk_task(self, flight: _InFlight, chunk: ChunkRequest) -> None:
         try:
@@ -618,8 +478,8 @@ class Dispatcher:
         self.metrics.chunk_latency.observe(now - flight.started)
         s = self.scheduler
         if isinstance(outcome, ReplicaUnavailable):
-            self.metrics.chunks_lost.labels(self.replicas[d.replica].replica_id).inc()
-            self._replica_lost(d.replica, str(outcome), now)
+            self.metrics.chunks_lost.labels(self.pool[d.replica].replica_id).inc()
+            self.pool.lost(d.replica, str(outcome), now)
             s.complete(d.request_id, 0, FinishReason.ABORT)
             run.failures += 1
             if job.state is JobState.RUNNING and run.failures > self.config.max_chunk_retries:
@@ -641,7 +501,7 @@ class Dispatcher:
             s.complete(d.request_id, 0, FinishReason.ABORT)
             self._after_request(job, d, finished=False)
             return
-        rep_id = self.replicas[d.replica].replica_id
+        rep_id = self.pool[d.replica].replica_id
         run.append(rep_id, res.token_ids, res.logprobs)
         if res.drafted_tokens:
             run.drafted += res.drafted_tokens
@@ -701,7 +561,7 @@ class Dispatcher:
             job.touch()
 
     # ------------------------------------------------------------------ replicas
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         """Run ``coro`` beside the loop, in no request's context: an abort spawned while the
         scheduler serves a request (a cancel) must outlive that request (``app.serve.detached``)."""
         task = detached(coro)
@@ -709,11 +569,22 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _reclaim(self, i: int, why: str) -> None:
+    # ------------------------------------------------------------------ PoolListener
+    def replica_changed(self, i: int, state: ReplicaState) -> None:
+        """Keep the scheduler and the drafting settings in step with replica i's state."""
+        healthy = state is ReplicaState.HEALTHY
+        self.scheduler.set_replica_available(i, healthy, self.pool.spec(i) if healthy else None)
+        if healthy:
+            self.spawn(self.speculation.reapply(i))
+        else:
+            self.speculation.replica_lost(i)
+        self._wake.set()
+
+    def replica_unreachable(self, i: int, why: str) -> None:
         """Replica i is unreachable: cancel its chunks still out; each reports as lost."""
         for flight in self._in_flight.values():
             if flight.decision.replica == i and flight.reclaimed is None and flight.task:
-                flight.reclaimed = f"{self.replicas[i].replica_id} became unreachable: {why}"
+                flight.reclaimed = f"{self.pool[i].replica_id} became unreachable: {why}"
                 flight.task.cancel()
 
     async def _abort(self, flight: _InFlight) -> None:
@@ -726,58 +597,13 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - the chunk reports back either way
             log.warning("abort of %s on replica %d failed: %r", d.request_id, d.replica, exc)
 
-    def _replica_lost(self, i: int, error: str, now: float) -> None:
-        rep = self.replicas[i]
-        if rep.state in (ReplicaState.DOWN, ReplicaState.FAILED):
-            return  # the same incident: its other chunks failing too count once
-        rep.failures.append(now)
-        while rep.failures and rep.failures[0] < now - self.config.failure_window_s:
-            rep.failures.popleft()
-        self.metrics.replica_failures.labels(rep.replica_id).inc()
-        if len(rep.failures) >= self.config.max_replica_failures:
-            self._set_state(i, ReplicaState.FAILED, error)
-        elif rep.state is not ReplicaState.FAILED:
-            self._set_state(i, ReplicaState.DOWN, error)
-        self._reclaim(i, error)
-
-    def _set_state(self, i: int, state: ReplicaState, error: str | None = None) -> None:
-        rep = self.replicas[i]
-        if rep.state is state:
-            return
-        level = logging.INFO if state is ReplicaState.HEALTHY else logging.WARNING
-        log.log(level, "replica %s: %s -> %s (%s)", rep.replica_id, rep.state, state, error)
-        rep.state = state
-        rep.since = time.time()
-        rep.error = error
-        healthy = state is ReplicaState.HEALTHY
-        self.scheduler.set_replica_available(i, healthy, self._spec(i) if healthy else None)
-        if healthy:
-            self._spawn(self.speculation.reapply(i))
-        else:
-            self.speculation.replica_lost(i)
-        self._wake.set()
-
     async def probe(self, i: int) -> None:
-        """One bounded health probe of replica i; updates its state and load."""
-        rep = self.replicas[i]
-        if rep.state is ReplicaState.FAILED:
+        """One bounded health probe of replica i: it rejoins when it answers on the current
+        weights (on others it loads them first: ``WeightUpdater.out_of_date``)."""
+        load = await self.pool.probe(i)
+        if load is None or self.updater.out_of_date(i, load.weights_version):
             return
-        try:
-            load = await asyncio.wait_for(self.links.load(i), self.config.replica_call_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - unreachable for any reason
-            why = f"health probe failed: {exc!r}"
-            if rep.state in (ReplicaState.HEALTHY, ReplicaState.STALE):
-                self._set_state(i, ReplicaState.DOWN, why)
-            elif rep.state is ReplicaState.DOWN:
-                rep.error = why
-            self._reclaim(i, why)
-            return
-        if rep.state is ReplicaState.FAILED:
-            return  # it failed for good while the probe was out: an answer does not revive it
-        rep.load = load
-        if load.weights_version != self.weights.version and not self.weights.updating:
-            self._out_of_date(i, load.weights_version)
-            return
+        rep = self.pool[i]
         if self.sink is not None:
             self.sink.emit(
                 LoadSample(
@@ -790,43 +616,10 @@ class Dispatcher:
                     self.scheduler.loads()[i].reserved_kv_tokens,
                 )
             )
-        if rep.state is not ReplicaState.HEALTHY:
-            self._set_state(i, ReplicaState.HEALTHY)
-
-    def _out_of_date(self, i: int, loaded: int) -> None:
-        """Replica i runs weights of another version: out of rotation until it loads ours."""
-        rep = self.replicas[i]
-        why = f"runs weights v{loaded}, not v{self.weights.version}"
-        if self.weights.path is None:  # nothing to load: the service itself started over
-            why += " (the scheduler restarted after a weight update: POST /v1/weights again)"
-        if rep.state is ReplicaState.FAILED:
-            return
-        if rep.state is ReplicaState.STALE:
-            rep.error = why
-        else:
-            self._set_state(i, ReplicaState.STALE, why)
-        if not rep.syncing and self.weights.path is not None:
-            rep.syncing = True
-            self._spawn(self._sync_weights(i))
-
-    async def _sync_weights(self, i: int) -> None:
-        rep = self.replicas[i]
-        path, version = self.weights.path, self.weights.version
-        try:
-            assert path is not None
-            await asyncio.wait_for(
-                self.links.update_weights(i, path, version, self.weights.digest),
-                self.config.weight_update_timeout_s,
-            )
-        except Exception as exc:  # noqa: BLE001 - it stays out of rotation; the next probe retries
-            rep.error = f"loading weights v{version} failed: {exc!r}"
-            log.warning("replica %s: %s", rep.replica_id, rep.error)
-        finally:
-            rep.syncing = False
-        await self.probe(i)
+        self.pool.set_state(i, ReplicaState.HEALTHY)
 
     async def probe_all(self) -> None:
-        await asyncio.gather(*(self.probe(i) for i in range(len(self.replicas))))
+        await asyncio.gather(*(self.probe(i) for i in range(len(self.pool))))
 
     async def _probe_forever(self) -> None:
         while not self._closing:
@@ -834,21 +627,7 @@ class Dispatcher:
             await asyncio.sleep(self.config.health_period_s)
 
     def health(self) -> list[ReplicaHealth]:
-        loads = self.scheduler.loads()
-        return [
-            ReplicaHealth(
-                replica_id=rep.replica_id,
-                node_id=rep.load.node_id if rep.load is not None else "",
-                gpu_ids=list(rep.load.gpu_ids) if rep.load is not None else [],
-                state=rep.state,
-                since=rep.since,
-                failures=len(rep.failures),
-                error=rep.error,
-                load=rep.load,
-                reserved_kv_tokens=loads[i].reserved_kv_tokens,
-            )
-            for i, rep in enumerate(self.replicas)
-        ]
+        return self.pool.health([load.reserved_kv_tokens for load in self.scheduler.loads()])
 
     # ------------------------------------------------------------------ shutdown
     async def drain(self, grace_s: float) -> int:
@@ -882,7 +661,7 @@ class Dispatcher:
         m.requests.labels("running").set(s.num_running)
         m.tokens_per_s.set(m.rate(time.time()))
         loads = s.loads()
-        for i, rep in enumerate(self.replicas):
+        for i, rep in enumerate(self.pool.replicas):
             m.replica_up.labels(rep.replica_id).set(1 if rep.state is ReplicaState.HEALTHY else 0)
             m.replica_reserved.labels(rep.replica_id).set(loads[i].reserved_kv_tokens)
             if rep.load is not None:

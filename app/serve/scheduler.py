@@ -24,10 +24,11 @@ from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve import logs
 from app.serve.detached import Background
-from app.serve.dispatcher import Dispatcher, ReplicaHealth, ReplicaState, ReplicaUnavailable
+from app.serve.dispatcher import Dispatcher
 from app.serve.draft_server import DraftServerLink
 from app.serve.jobs import JobError, Refusal
 from app.serve.options import SINGLETON
+from app.serve.replica_pool import ReplicaHealth, ReplicaState, ReplicaUnavailable
 from app.serve.speculation import SpeculationState
 from app.serve.weights import WeightsState, WeightsUpdate
 from app.store.config import check_shared

@@ -19,8 +19,9 @@ from app.config import SERVICE_POLICIES, ServiceConfig, ServiceLimits
 from app.engines.config import EngineConfig
 from app.engines.fake import FakeEngine
 from app.rollout import JobPlan, expand
-from app.serve.dispatcher import Dispatcher, ReplicaState, ReplicaUnavailable
+from app.serve.dispatcher import Dispatcher
 from app.serve.jobs import JobError
+from app.serve.replica_pool import ReplicaState, ReplicaUnavailable
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 from core.events import CollectingSink, EventSink, SpeculationConfigChanged

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from app.api import JobState
-from app.serve.dispatcher import Dispatcher, ReplicaState
+from app.serve.dispatcher import Dispatcher
 from app.serve.jobs import JobError
+from app.serve.replica_pool import ReplicaState
 from core.events import CollectingSink, JobStarted, RequestFinished
 from tests.app.test_dispatcher import FakeDrafts, FakeLinks, _config, _plan, _with
 
@@ -103,7 +104,7 @@ def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: 
 
     async def body(d: Dispatcher) -> None:
         links.down.add(1)  # replica 1 misses the update
-        d._set_state(1, ReplicaState.DOWN, "test: restarting")
+        d.pool.set_state(1, ReplicaState.DOWN, "test: restarting")
         update = await d.update_weights(str(ckpt), 2)
         assert update.replicas == ["replica-0"]
         links.down.discard(1)
