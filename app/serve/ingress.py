@@ -14,8 +14,8 @@ import math
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,7 +51,7 @@ from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
 from app.serve.body_limits import BodyLimits
 from app.serve.detached import Background
-from app.serve.jobs import JobError, Refusal
+from app.serve.jobs import JobError
 from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import (
     SpeculationUpdate,
@@ -64,11 +64,13 @@ from app.serve.operator import (
     token_digest,
 )
 from app.serve.scheduler import JobOutcome, ServiceHealth
+from app.serve.scheduler_handle import SchedulerHandle
 from app.serve.speculation import SpeculationState
 from app.serve.strict_json import StrictJSONRoute
 from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
 
 log = logging.getLogger("seer.ingress")
+T = TypeVar("T")
 
 api = FastAPI(
     title="Seer rollout service",
@@ -180,7 +182,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return JSONResponse(status_code=422, content={"detail": detail})
 
 
-def _http(exc: JobError | Refusal) -> HTTPException:
+def _http(exc: JobError) -> HTTPException:
     headers = None
     if exc.retry_after_s is not None:
         headers = {"Retry-After": str(math.ceil(exc.retry_after_s))}
@@ -193,7 +195,7 @@ class Ingress:
     async def __init__(self, config: ServiceConfig, scheduler: Any) -> None:  # type: ignore[misc]
         logs.configure()
         self.config = config
-        self.scheduler = scheduler
+        self.scheduler = SchedulerHandle(scheduler)
         api.state.body_limits = (config.limits.max_body_bytes, config.limits.body_read_timeout_s)
         self._background = Background()  # submissions and cancels outliving their caller
         self._started = int(time.time())
@@ -205,15 +207,12 @@ class Ingress:
             asyncio.to_thread(make_codec, config.engine), config.engine.start_timeout_s
         )
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        """The scheduler's answer; its refusal (or a JobError) as the HTTP error it names."""
+    async def _ask(self, call: Awaitable[T]) -> T:
+        """The scheduler's answer to ``call``; its refusal as the HTTP error it names."""
         try:
-            result = await getattr(self.scheduler, method).remote(*args)
+            return await call
         except JobError as exc:
             raise _http(exc) from None
-        if isinstance(result, Refusal):
-            raise _http(result)
-        return result
 
     # ------------------------------------------------------------------ health, metrics
     @api.get("/healthz", response_model=ServiceHealth, responses=_errors(503))
@@ -222,7 +221,7 @@ class Ingress:
         503 while no replica is in rotation)."""
         try:
             health: ServiceHealth = await asyncio.wait_for(
-                self.scheduler.health.remote(), self.config.replica_call_timeout_s
+                self.scheduler.health(), self.config.replica_call_timeout_s
             )
         except Exception as exc:  # noqa: BLE001 - the scheduler itself is unreachable
             raise HTTPException(503, f"scheduler unreachable: {exc!r}") from exc
@@ -234,7 +233,7 @@ class Ingress:
     async def get_speculation(self) -> SpeculationState:
         """Current drafting settings, their version and audit fields, and the version each
         replica runs (-1: it has not confirmed the current one)."""
-        state: SpeculationState = await self._call("speculation")
+        state: SpeculationState = await self._ask(self.scheduler.speculation())
         return state
 
     @api.put(
@@ -252,8 +251,10 @@ class Ingress:
         value). ``Authorization: Bearer <token>``: missing -> 401, wrong -> 403. ``X-Operator``
         names who changed them in the audit log."""
         authorize(self._operator_token, authorization)
-        state: SpeculationState = await self._call(
-            "update_speculation", settings_patch(update), x_operator or "operator", update.reason
+        state: SpeculationState = await self._ask(
+            self.scheduler.update_speculation(
+                settings_patch(update), x_operator or "operator", update.reason
+            )
         )
         return state
 
@@ -264,7 +265,7 @@ class Ingress:
     )
     async def metrics(self) -> Response:
         """Prometheus text format."""
-        body: bytes = await self._call("metrics")
+        body: bytes = await self._ask(self.scheduler.metrics())
         return Response(content=body, media_type=CONTENT_TYPE)
 
     # ------------------------------------------------------------------ jobs
@@ -331,7 +332,7 @@ class Ingress:
         """Validate against the model, tokenize, submit; returns the job id. ``cancel_digest``:
         of the token its submitter may cancel it with (None: the operator only)."""
         if req.policy is not None:  # only then is the running policy worth a round trip
-            running: str = await self._call("policy")
+            running: str = await self._ask(self.scheduler.policy())
             if req.policy != running:
                 raise _unprocessable(
                     ["policy"],
@@ -348,7 +349,7 @@ class Ingress:
         prompts = await self._prompt_ids(req)
         plan = expand(job_id or uuid.uuid4().hex[:12], req, prompts, mode)
         plan.cancel_digest = cancel_digest
-        status: JobStatus = await self._call("submit", plan)
+        status: JobStatus = await self._ask(self.scheduler.submit(plan))
         return status.id
 
     async def _run(
@@ -363,7 +364,7 @@ class Ingress:
         submit = self._background.keep(self._submit(req, job_id))
         try:
             await asyncio.shield(submit)
-            outcome: JobOutcome = await self._call("wait", job_id, partial)
+            outcome: JobOutcome = await self._ask(self.scheduler.wait(job_id, partial))
         except asyncio.CancelledError:  # the caller went away: stop generating for nobody
             self._background.keep(self._cancel_submitted(submit, job_id))
             raise
@@ -375,16 +376,16 @@ class Ingress:
         if not submit.done() or submit.cancelled() or submit.exception() is not None:
             return  # not submitted (within the bound): there is no job of ours to cancel
         log.info("the caller of rollout %s went away: cancelling it", job_id)
-        cancel = self._background.keep(self.scheduler.cancel.remote(job_id))
+        cancel = self._background.keep(self.scheduler.cancel(job_id))
         done, _ = await asyncio.wait([cancel], timeout=bound)
         if not done:
             log.warning("cancel of %s not answered within %gs (still on its way)", job_id, bound)
         elif cancel.cancelled():
             log.warning("cancel of %s was itself cancelled; the job runs on", job_id)
+        elif isinstance(cancel.exception(), JobError):
+            log.info("cancel of %s refused: %s", job_id, cancel.exception())
         elif cancel.exception() is not None:
             log.warning("cancel of %s failed: %r", job_id, cancel.exception())
-        elif isinstance(cancel.result(), Refusal):
-            log.info("cancel of %s refused: %s", job_id, cancel.result().message)
 
     @staticmethod
     def _failed(outcome: JobOutcome) -> HTTPException:
@@ -434,7 +435,7 @@ class Ingress:
     @api.get("/v1/rollouts/{job_id}", response_model=JobStatus, responses=_errors(404))
     async def job_status(self, job_id: str) -> JobStatus:
         """State and progress (groups and requests done, tokens, elapsed, estimated remaining)."""
-        status: JobStatus = await self._call("status", job_id)
+        status: JobStatus = await self._ask(self.scheduler.status(job_id))
         return status
 
     @api.delete(
@@ -447,7 +448,7 @@ class Ingress:
         ``Authorization: Bearer <token>``: the job's ``cancel_token`` (from its 202) or the
         operator token."""
         if is_operator(self._operator_token, authorization):
-            status: JobStatus = await self._call("cancel", job_id)
+            status: JobStatus = await self._ask(self.scheduler.cancel(job_id))
             return status
         given = bearer(authorization)
         if given is None:
@@ -457,7 +458,7 @@ class Ingress:
                 "submission returned (or the operator token)",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        status = await self._call("cancel", job_id, token_digest(given))
+        status = await self._ask(self.scheduler.cancel(job_id, token_digest(given)))
         return status
 
     @api.get(
@@ -467,8 +468,8 @@ class Ingress:
     async def groups(self, job_id: str) -> StreamingResponse:
         """NDJSON: one GroupResult per line in completion order, ending when the job ends
         (then GET /v1/rollouts/{id} tells whether it is done, failed or cancelled)."""
-        await self._call("status", job_id)  # 404 before the stream starts
-        stream = self.scheduler.options(stream=True).stream_groups.remote(job_id)
+        await self._ask(self.scheduler.status(job_id))  # 404 before the stream starts
+        stream = self.scheduler.stream_groups(job_id)
 
         async def lines() -> AsyncIterator[bytes]:
             async for group in stream:
@@ -536,10 +537,10 @@ class Ingress:
         nothing."""
         if req.abort_all:
             authorize(self._operator_token, authorization)
-            ids: list[str] = await self._call("cancel_all", "aborted by /abort_request")
+            ids: list[str] = await self._ask(self.scheduler.cancel_all("aborted by /abort_request"))
             return {"aborted": ids}
         try:
-            status: JobStatus = await self._call("cancel", req.rid)
+            status: JobStatus = await self._ask(self.scheduler.cancel(req.rid))
         except HTTPException:  # no such call (404): nothing to abort
             return {"aborted": []}
         return {"aborted": [req.rid] if status.state is JobState.CANCELLED else []}
@@ -565,8 +566,8 @@ class Ingress:
                 )
         if not await asyncio.to_thread(os.path.isdir, real):
             raise _unprocessable([field], f"weights path {path!r} is not a directory")
-        update: WeightsUpdate = await self._call(
-            "update_weights", real, version, abort_running, sha256
+        update: WeightsUpdate = await self._ask(
+            self.scheduler.update_weights(real, version, abort_running, sha256)
         )
         return update
 
@@ -588,7 +589,7 @@ class Ingress:
     @api.get("/v1/weights", response_model=WeightsState)
     async def weights(self) -> WeightsState:
         """The policy version every new token is sampled with, and where it came from."""
-        state: WeightsState = await self._call("weights")
+        state: WeightsState = await self._ask(self.scheduler.weights())
         return state
 
     @api.post(

@@ -14,6 +14,7 @@ import ray._raylet
 from app.config import ServiceConfig
 from app.serve.detached import Background
 from app.serve.jobs import JobError
+from app.serve.scheduler_handle import SchedulerHandle
 from tests.app.bare_ingress import bare_ingress
 
 
@@ -39,7 +40,7 @@ class Scheduler:
         async def wait(job_id: str, partial: bool) -> Any:
             await asyncio.Event().wait()
 
-        async def cancel(job_id: str) -> None:
+        async def cancel(job_id: str, digest: str | None) -> None:
             self.cancelled.append(job_id)
             self.cancel_seen.set()
 
@@ -50,7 +51,8 @@ class Scheduler:
 def _ingress(submit_fails: bool = False) -> tuple[Any, Scheduler, asyncio.Event, asyncio.Event]:
     ingress = bare_ingress()
     ingress.config = ServiceConfig().model_copy(update={"replica_call_timeout_s": 2.0})
-    ingress.scheduler = scheduler = Scheduler()
+    scheduler = Scheduler()
+    ingress.scheduler = SchedulerHandle(scheduler)
     ingress._background = Background()
     ingress.submit_parents = []
     started, release = asyncio.Event(), asyncio.Event()

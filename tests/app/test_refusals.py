@@ -15,6 +15,7 @@ from fastapi import HTTPException
 
 from app.serve.jobs import JobError, Refusal
 from app.serve.scheduler import refusing
+from app.serve.scheduler_handle import SchedulerHandle
 from tests.app.bare_ingress import bare_ingress
 
 
@@ -48,8 +49,8 @@ def test_the_ingress_answers_a_refusal_as_its_http_error() -> None:
         status = Method()
 
     ingress = bare_ingress()
-    ingress.scheduler = Scheduler()
+    ingress.scheduler = SchedulerHandle(Scheduler())
     with pytest.raises(HTTPException) as exc:
-        asyncio.run(ingress._call("status", "j"))
+        asyncio.run(ingress._ask(ingress.scheduler.status("j")))
     assert exc.value.status_code == 429 and exc.value.detail == "too many"
     assert exc.value.headers == {"Retry-After": "3"}
