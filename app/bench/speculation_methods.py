@@ -1,6 +1,6 @@
 """Speculation benchmark on one real vLLM engine: none vs ngram vs grouped, side by side.
 
-``python -m app.engines.spec_bench [--model M] [--methods none,ngram,grouped] [--prompts N]
+``python -m app.bench.speculation_methods [--model M] [--methods none,ngram,grouped] [--prompts N]
 [--group-size G] [--max-tokens T] [--temperature X] [--json]``
 
 Each method gets a fresh engine (one after the other, same machine, same run) and the same work:
