@@ -15,8 +15,8 @@ import asyncio
 import time
 
 from app.engines.config import EngineConfig, SimConfig
-from app.engines.sim import SimEngine
-from app.engines.sim_workload import sim_workload
+from app.engines.sim.engine import SimEngine
+from app.engines.sim.workload import sim_workload
 from core.engine import ChunkRequest
 
 

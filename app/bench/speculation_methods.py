@@ -24,7 +24,7 @@ from pathlib import Path
 from app.data import SMOLLM2_T1
 from app.engines.chunked import generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
-from app.engines.vllm_engine import VllmEngine
+from app.engines.vllm.engine import VllmEngine
 from core.drafting.recorded import load_groups
 from core.engine import SamplingParams
 
