@@ -1,6 +1,7 @@
 """Where the data a clone ships lives: the recorded rollouts, ``data/rollouts`` at the top of the
 repository (format, provenance and statistics in its README). Tests, ``seer replay``,
-``--workload replay:``, ``spec_bench`` and the README's examples read them from here."""
+``--workload replay:``, ``app.bench.speculation_methods`` and the README's examples read them
+from here."""
 
 from __future__ import annotations
 

@@ -20,10 +20,10 @@ speculation). Four checks:
 
 The verdict is PASS when (a) holds, every p-value of (b) is at least ``alpha / tests``
 (Bonferroni), (c) is within ``logprob_tol`` and (d) holds. A rule from
-``app.engines.broken_acceptance.BROKEN_RULES`` (test-only) breaks the spec engine's verification
-on purpose, switched live between runs, so one pair of engines serves vLLM's own rule and every
-broken one (``collect``): a broken rule's verdict must be FAIL; every rule but ``accept-all``
-keeps greedy identical, so its FAIL must come from (b).
+``app.engines.vllm.broken_acceptance.BROKEN_RULES`` (test-only) breaks the spec engine's
+verification on purpose, switched live between runs, so one pair of engines serves vLLM's own
+rule and every broken one (``collect``): a broken rule's verdict must be FAIL; every rule but
+``accept-all`` keeps greedy identical, so its FAIL must come from (b).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engines.broken_acceptance import check_rule
 from app.engines.chunked import ResponseRun, generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
-from app.engines.vllm_engine import VllmEngine
+from app.engines.vllm.broken_acceptance import check_rule
+from app.engines.vllm.engine import VllmEngine
 from app.prompts import DEMO_PROMPTS
 from core.drafting.step_drafter import DraftSettings
 from core.engine import SamplingParams

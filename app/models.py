@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+from app.env import default_cache_dir
 
 SMOLLM2 = "smollm2-135m-instruct"
 TINY = "tiny-llama"
@@ -25,15 +26,6 @@ MODEL_NAMES = (SMOLLM2, TINY)
 
 class ModelPrepError(RuntimeError):
     """A model cannot be prepared or loaded; the message says how to fix it."""
-
-
-def default_cache_dir() -> Path:
-    """``$SEER_CACHE_DIR``, else ``$XDG_CACHE_HOME/seer``, else ``~/.cache/seer``."""
-    env = os.environ.get("SEER_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "seer"
 
 
 def model_dir(name: str, cache_dir: Path | None = None) -> Path:

@@ -8,14 +8,12 @@ variables, then defaults. The database URL resolves like the service's (``app.st
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.store.config import URL_ENV, check_url, resolve_url
+from app.env import dashboard_refresh_s, database_url, service_url
+from app.store.config import check_url, resolve_url
 
-SERVICE_URL_ENV = "SEER_SERVICE_URL"
-REFRESH_ENV = "SEER_DASHBOARD_REFRESH_S"
 DEFAULT_SERVICE_URL = "http://127.0.0.1:8000"
 
 
@@ -47,24 +45,14 @@ def _bounded(name: str, value: float, lo: float, hi: float) -> None:
         raise ValueError(f"{name}={value} must be in [{lo}, {hi}]")
 
 
-def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-
-
 def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> DashboardConfig:
     """The config from ``argv`` (the arguments after ``--``) and ``env`` (default
     ``os.environ``); ValueError naming the bad value."""
-    env = os.environ if env is None else env
+    refresh_s = dashboard_refresh_s(env)
     p = argparse.ArgumentParser(prog="seer dashboard", exit_on_error=False, add_help=False)
     p.add_argument("--database-url", default=None)
-    p.add_argument("--service-url", default=env.get(SERVICE_URL_ENV) or DEFAULT_SERVICE_URL)
-    p.add_argument("--refresh-s", type=float, default=_env_float(env, REFRESH_ENV, 3.0))
+    p.add_argument("--service-url", default=service_url(env) or DEFAULT_SERVICE_URL)
+    p.add_argument("--refresh-s", type=float, default=3.0 if refresh_s is None else refresh_s)
     p.add_argument("--bucket-s", type=float, default=10.0)
     p.add_argument("--history-jobs", type=int, default=20)
     p.add_argument("--load-window-s", type=float, default=300.0)
@@ -75,7 +63,7 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> D
         raise ValueError(f"dashboard arguments: {exc}") from None
     if extra:
         raise ValueError(f"dashboard arguments not understood: {extra}")
-    url = ns.database_url or env.get(URL_ENV) or None
+    url = ns.database_url or database_url(env)
     return DashboardConfig(
         database_url=resolve_url(url),
         service_url=ns.service_url.rstrip("/"),

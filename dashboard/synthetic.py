@@ -1,4 +1,4 @@
-"""Synthetic rollout history as ``core.events`` (for ``dashboard.bench`` and the tests):
+"""Synthetic rollout history as ``core.events`` (for ``dashboard.refresh_bench`` and the tests):
 ``jobs`` iterations over the same prompts, each prompt with its own typical length, chunks
 with draft statistics, replica load samples, and a speculation settings change. Deterministic
 for a seed. It is a stand-in for a recorded service run, not a model of one."""

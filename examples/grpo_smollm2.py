@@ -57,6 +57,7 @@ if __package__ in (None, ""):  # run as a script: the repository root holds app/
 
 from app.api import GroupResult, Response  # noqa: E402 - after the path fix-up above
 from app.client import SeerClient  # noqa: E402
+from app.env import OPERATOR_TOKEN_ENV, operator_token  # noqa: E402
 from app.serve.weights import WeightsUpdate  # noqa: E402
 from app.weights_digest import checkpoint_digest  # noqa: E402
 
@@ -525,8 +526,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.lr > 0:
         p.error(f"--lr must be > 0, got {args.lr}")
-    if args.url and not (args.token or os.environ.get("SEER_OPERATOR_TOKEN")):
-        p.error("--url needs the service's operator token: --token or SEER_OPERATOR_TOKEN")
+    if args.url and not (args.token or operator_token()):
+        p.error(f"--url needs the service's operator token: --token or {OPERATOR_TOKEN_ENV}")
     return args
 
 
@@ -551,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if args.url:
-            url, token = args.url, args.token or os.environ["SEER_OPERATOR_TOKEN"]
+            url, token = args.url, args.token or operator_token()
         else:
             url, token = stack.enter_context(
                 local_service(str(model_path), args.replicas, args.policy, print)

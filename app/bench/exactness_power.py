@@ -25,8 +25,8 @@ import sys
 import time
 from typing import Any
 
-from app.engines.broken_acceptance import BROKEN_RULES, check_rule
 from app.engines.chunked import ResponseRun
+from app.engines.vllm.broken_acceptance import BROKEN_RULES, check_rule
 from app.exactness import ExactnessParams, collect, rejected, sampled_tests
 
 #: seeds of run r start at r * this (each run's samples span < 2**22 seeds, see ``_run``)

@@ -197,7 +197,7 @@ def run_e2e(
     from app.bench.service import ServiceBench
     from app.config import AppConfig
     from app.engines.config import SimConfig
-    from app.engines.sim_workload import sim_workload
+    from app.engines.sim.workload import sim_workload
     from core.scheduling import DictLengthPrior, get_policy
     from core.sim.epochs import epoch_workload
     from core.sim.simulator import simulate, tail_time

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.engines.broken_acceptance import BROKEN_RULES, PROOF_RULES, check_rule
+from app.engines.vllm.broken_acceptance import BROKEN_RULES, PROOF_RULES, check_rule
 from app.prompts import DEMO_PROMPTS
 
 if TYPE_CHECKING:

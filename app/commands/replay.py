@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from core.drafting.benchmark import DEFAULT_KS, DEFAULT_METHODS, ReplayReport, run_replay
+from bench.draft_acceptance import DEFAULT_KS, DEFAULT_METHODS, ReplayReport, run_replay
+from bench.draft_replay import DEFAULT_SCORING, PROTOCOLS
 from core.drafting.recorded import load_groups
-from core.drafting.replay import DEFAULT_SCORING, PROTOCOLS
 from core.drafting.speculate import SpeculationParams
 
 

@@ -19,7 +19,7 @@ class SimConfig(BaseModel):
     """The ``sim`` backend: one paper-scale instance (``core.sim`` cost model) in wall time.
 
     The workload is the one ``seer simulate --workload W --scale S --seed N`` draws, so a
-    client can send exactly it (``app.engines.sim_workload.group_prompt``) and compare."""
+    client can send exactly it (``app.engines.sim.workload.group_prompt``) and compare."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

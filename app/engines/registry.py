@@ -9,16 +9,16 @@ from app.engines.base import ChunkEngine, TextCodec
 from app.engines.config import EngineConfig
 
 ENGINE_BACKENDS: dict[str, str] = {
-    "vllm": "app.engines.vllm_engine:VllmEngine",
+    "vllm": "app.engines.vllm.engine:VllmEngine",
     "fake": "app.engines.fake:FakeEngine",
-    "sim": "app.engines.sim:SimEngine",
+    "sim": "app.engines.sim.engine:SimEngine",
 }
 
 #: Each backend's text codec: a callable ``(EngineConfig) -> TextCodec`` (may block: model files).
 ENGINE_CODECS: dict[str, str] = {
     "vllm": "app.engines.tokenizer:Tokenizer.for_engine",
     "fake": "app.engines.fake:FakeCodec",
-    "sim": "app.engines.sim:SimCodec",
+    "sim": "app.engines.sim.engine:SimCodec",
 }
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-import os
 import secrets
 from typing import Any
 
@@ -22,10 +21,9 @@ from fastapi import HTTPException
 from pydantic import ConfigDict, Field
 
 from app.api import ClientRequest
+from app.env import OPERATOR_TOKEN_ENV, operator_token
 from core.drafting.speculate import MAX_DRAFT_TOKENS
 from core.drafting.step_drafter import DraftSettings
-
-TOKEN_ENV = "SEER_OPERATOR_TOKEN"
 
 
 class SpeculationUpdate(ClientRequest):
@@ -80,7 +78,7 @@ def is_operator(token: str | None, authorization: str | None) -> bool:
 
 
 def configured_token(config_token: str | None) -> str | None:
-    return config_token or os.environ.get(TOKEN_ENV) or None
+    return config_token or operator_token()
 
 
 def authorize(token: str | None, authorization: str | None) -> None:
@@ -88,7 +86,8 @@ def authorize(token: str | None, authorization: str | None) -> None:
     if token is None:
         raise HTTPException(
             403,
-            f"operator changes are disabled: set {TOKEN_ENV} (or operator_token in the config)",
+            f"operator changes are disabled: set {OPERATOR_TOKEN_ENV} "
+            "(or operator_token in the config)",
         )
     if bearer(authorization) is None:  # none, or not a bearer token: as DELETE answers it
         raise HTTPException(

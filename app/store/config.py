@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-#: Environment variable naming the database (overrides the default SQLite file).
-URL_ENV = "SEER_DATABASE_URL"
-#: Environment variable naming the service's data directory.
-DATA_DIR_ENV = "SEER_DATA_DIR"
-
-
-def data_dir() -> Path:
-    """``$SEER_DATA_DIR``, else ``$XDG_DATA_HOME/seer``, else ``~/.local/share/seer``."""
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "seer"
+from app.env import DATA_DIR_ENV, DATABASE_URL_ENV, data_dir, database_url
 
 
 def default_url() -> str:
     """``$SEER_DATABASE_URL``, else a SQLite file ``seer.db`` in ``data_dir()``."""
-    env = os.environ.get(URL_ENV)
+    env = database_url()
     if env:
         return env
     return f"sqlite:///{data_dir() / 'seer.db'}"
@@ -35,12 +20,12 @@ def check_shared(config: StoreConfig) -> None:
     enabled store with no URL (neither ``database_url`` nor ``$SEER_DATABASE_URL``) would fall
     back to a SQLite file on whichever node the scheduler runs, so it is refused (ValueError).
     An explicit ``sqlite:///PATH`` stays allowed (it says where)."""
-    if config.enabled and not config.database_url and not os.environ.get(URL_ENV):
+    if config.enabled and not config.database_url and not database_url():
         raise ValueError(
             "store.database_url: on a Ray cluster the history store needs a database every "
             "node reaches; set store.database_url (postgresql+psycopg://USER@HOST:PORT/DB) or "
-            f"${URL_ENV}, or store.enabled: false to record nothing (an explicit sqlite:///PATH "
-            "keeps it on the scheduler's node)"
+            f"${DATABASE_URL_ENV}, or store.enabled: false to record nothing (an explicit "
+            "sqlite:///PATH keeps it on the scheduler's node)"
         )
 
 
@@ -116,7 +101,7 @@ class StoreConfig(BaseModel):
     database_url: str | None = Field(
         None,
         description="SQLAlchemy URL (sqlite:///PATH, postgresql+psycopg://...); None = "
-        f"${URL_ENV}, else sqlite under ${DATA_DIR_ENV} (~/.local/share/seer/seer.db)",
+        f"${DATABASE_URL_ENV}, else sqlite under ${DATA_DIR_ENV} (~/.local/share/seer/seer.db)",
     )
     apply_migrations_on_start: bool = Field(
         True, description="bring the schema to the newest revision when the service starts"

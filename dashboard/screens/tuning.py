@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from app.serve.operator import TOKEN_ENV
+from app.env import OPERATOR_TOKEN_ENV
 from dashboard import ui
 from dashboard.config import DashboardConfig
 from dashboard.refresh import audit_log
@@ -57,7 +57,7 @@ def _form(cfg: DashboardConfig, current: dict[str, Any]) -> None:
     if not change:
         st.info("Nothing changed.")
     elif not token:
-        st.warning(f"An operator token is needed (the service's {TOKEN_ENV}).")
+        st.warning(f"An operator token is needed (the service's {OPERATOR_TOKEN_ENV}).")
     else:
         with ui.guard("Applying the change"):
             state = ui.client(cfg.service_url, cfg.http_timeout_s).set_speculation(

@@ -70,7 +70,7 @@ def test_help_reads_well_at_80_columns(path: list[str]) -> None:
 
 
 def test_replay_usage_and_the_methods_default_in_full() -> None:
-    from core.drafting.benchmark import DEFAULT_METHODS
+    from bench.draft_acceptance import DEFAULT_METHODS
 
     text = _help(["replay"], 80)
     assert "Usage: seer replay [OPTIONS] FILE" in text

@@ -172,7 +172,7 @@ def test_tensor_parallel_replicas_get_a_placement_group_on_one_node(
     holds them itself (its engine sees CUDA_VISIBLE_DEVICES=0,1) and the replicas take one node
     each; the cluster is joined through $RAY_ADDRESS."""
     from app.config import AppConfig
-    from app.engines.vllm_engine import engine_kwargs
+    from app.engines.vllm.engine import engine_kwargs
 
     engine = {**_ARGS["engine"], "tensor_parallel_size": 2, "executor": "mp"}
     args = {**_ARGS, "num_replicas": _WORKERS, "gpus_per_replica": 2, "engine": engine}

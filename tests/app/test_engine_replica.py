@@ -12,7 +12,7 @@ import pytest
 
 from app.config import DraftServerConfig
 from app.engines.config import EngineConfig, SimConfig
-from app.engines.sim_workload import group_prompt
+from app.engines.sim.workload import group_prompt
 from app.serve.engine_replica import EngineReplica
 from core.drafting.shared import GroupCursor, SharedGroups, SyncBatch, SyncReply
 from core.engine import ChunkRequest

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from app.engines.broken_acceptance import BROKEN_RULES, PROOF_RULES
+from app.engines.vllm.broken_acceptance import BROKEN_RULES, PROOF_RULES
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

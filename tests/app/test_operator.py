@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from fastapi import HTTPException
 
+from app.env import OPERATOR_TOKEN_ENV
 from app.serve.operator import (
-    TOKEN_ENV,
     SpeculationUpdate,
     authorize,
     configured_token,
@@ -41,9 +41,9 @@ def test_authorize(token: str | None, header: str | None, status: int | None) ->
 
 
 def test_token_comes_from_config_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    monkeypatch.delenv(OPERATOR_TOKEN_ENV, raising=False)
     assert configured_token(None) is None
-    monkeypatch.setenv(TOKEN_ENV, "from-env")
+    monkeypatch.setenv(OPERATOR_TOKEN_ENV, "from-env")
     assert configured_token(None) == "from-env"
     assert configured_token("from-config") == "from-config"
 

@@ -11,8 +11,9 @@ from pydantic import ValidationError
 
 from app.commands.serve import capacity_problem
 from app.config import ServiceConfig
+from app.env import DATABASE_URL_ENV
 from app.serve.placement import control_options, engine_bundles, engine_options
-from app.store.config import URL_ENV, StoreConfig, check_shared
+from app.store.config import StoreConfig, check_shared
 
 
 def _cfg(**kw: Any) -> ServiceConfig:
@@ -112,13 +113,13 @@ def test_capacity_short_of_gpus_is_an_error_locally_and_a_warning_on_a_cluster()
 def test_on_a_cluster_an_enabled_store_needs_a_shared_database(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(URL_ENV, raising=False)
+    monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
     with pytest.raises(ValueError, match=r"store\.database_url.*postgresql"):
         check_shared(StoreConfig(enabled=True))
     check_shared(StoreConfig(enabled=False))
     check_shared(StoreConfig(enabled=True, database_url="sqlite:////shared/seer.db"))
     check_shared(StoreConfig(enabled=True, database_url="postgresql+psycopg://u@db:5432/seer"))
-    monkeypatch.setenv(URL_ENV, "postgresql+psycopg://u@db:5432/seer")
+    monkeypatch.setenv(DATABASE_URL_ENV, "postgresql+psycopg://u@db:5432/seer")
     check_shared(StoreConfig(enabled=True))
 
 

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from app.data import SMOLLM2_T07
 from app.engines.config import SIM_PRESETS, EngineConfig, SimConfig
 from app.engines.registry import make_engine
-from app.engines.sim import SimEngine
-from app.engines.sim_workload import EOS, decode_ids, encode_text, group_prompt, sim_workload
+from app.engines.sim.engine import SimEngine
+from app.engines.sim.workload import EOS, decode_ids, encode_text, group_prompt, sim_workload
 from core.engine import ChunkRequest, ChunkResult, FinishReason
 from core.sim.simulator import simulate
 from core.sim.workload import PRESETS, Workload, WorkloadSpec

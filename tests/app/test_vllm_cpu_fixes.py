@@ -17,7 +17,7 @@ def _reference(x: list, cu: list[int], replace_from: float, replace_to: float) -
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
 def test_expand_kernel_matches_the_triton_semantics(dtype: str) -> None:
-    from app.engines.vllm_cpu_fixes import expand_kernel
+    from app.engines.vllm.cpu_fixes import expand_kernel
 
     t = getattr(torch, dtype)
     x = torch.tensor([0.7, 1.0, 0.0, 2.0]).to(t)
@@ -36,7 +36,7 @@ def test_fix_makes_vllm_expand_temperatures_per_draft_token() -> None:
         pytest.skip("the fix applies to vLLM on CPU only")
     from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
 
-    from app.engines.vllm_cpu_fixes import fix_expand_kernel
+    from app.engines.vllm.cpu_fixes import fix_expand_kernel
 
     current_platform.import_kernels()
     current_platform.register_triton_kernel_overrides()  # what a CPU worker does at start

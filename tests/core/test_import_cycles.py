@@ -62,7 +62,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_core_modules_import_in_one_direction() -> None:
     graph = _graph()
-    assert len(graph) > 40 and graph["core.scheduling.scheduler"]  # the walk found core
+    assert len(graph) > 30 and graph["core.scheduling.scheduler"]  # the walk found core
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 

@@ -20,7 +20,7 @@ from fastapi import FastAPI, Header
 from app.serve.operator import SpeculationUpdate, authorize, settings_patch
 from app.serve.speculation import ReplicaSpeculation, SpeculationState
 from core.drafting.step_drafter import DraftSettings
-from dashboard.bench import fill
+from dashboard.refresh_bench import fill
 from dashboard.synthetic import Shape
 from tests.conftest import free_port
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.store.config import URL_ENV
-from dashboard.config import DEFAULT_SERVICE_URL, REFRESH_ENV, SERVICE_URL_ENV, parse_config
+from app.env import DASHBOARD_REFRESH_ENV, DATABASE_URL_ENV, SERVICE_URL_ENV
+from dashboard.config import DEFAULT_SERVICE_URL, parse_config
 
 
 def test_defaults_resolve_like_the_service(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.delenv(URL_ENV, raising=False)
+    monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
     monkeypatch.setenv("SEER_DATA_DIR", str(tmp_path))
     cfg = parse_config([], env={})
     assert cfg.database_url == f"sqlite:///{tmp_path / 'seer.db'}"
@@ -17,7 +17,11 @@ def test_defaults_resolve_like_the_service(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_environment_then_arguments() -> None:
-    env = {URL_ENV: "sqlite:////tmp/a.db", SERVICE_URL_ENV: "http://h:1/", REFRESH_ENV: "5"}
+    env = {
+        DATABASE_URL_ENV: "sqlite:////tmp/a.db",
+        SERVICE_URL_ENV: "http://h:1/",
+        DASHBOARD_REFRESH_ENV: "5",
+    }
     cfg = parse_config([], env=env)
     assert (cfg.database_url, cfg.service_url, cfg.refresh_s) == (
         "sqlite:////tmp/a.db",
@@ -43,7 +47,7 @@ def test_environment_then_arguments() -> None:
         (["--database-url", "mysql://x"], {}, "mysql"),
         (["--refresh-s", "soon"], {}, "refresh-s"),
         (["--what"], {}, "--what"),
-        ([], {REFRESH_ENV: "often"}, REFRESH_ENV),
+        ([], {DASHBOARD_REFRESH_ENV: "often"}, DASHBOARD_REFRESH_ENV),
     ],
 )
 def test_bad_values_are_named(argv: list[str], env: dict[str, str], named: str) -> None:

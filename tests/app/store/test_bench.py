@@ -1,8 +1,8 @@
-"""``python -m app.store.bench`` building blocks on a small SQLite run."""
+"""``python -m app.bench.store_writer`` building blocks on a small SQLite run."""
 
 from __future__ import annotations
 
-from app.store.bench import outage, sqlite_lock, throughput, workload
+from app.bench.store_writer import outage, sqlite_lock, throughput, workload
 from core.events import ChunkDone, GroupFinished, RequestFinished
 
 

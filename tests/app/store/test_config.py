@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.store.config import StoreConfig, data_dir, default_url, redact
+from app.env import data_dir
+from app.store.config import StoreConfig, default_url, redact
 
 
 def test_default_url_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from app.data import ROLLOUTS
-from core.drafting.benchmark import run_replay
+from bench.draft_acceptance import run_replay
+from bench.draft_replay import Tally, measure_speed, replay_lockstep, replay_references
 from core.drafting.methods import METHODS, method_factory
 from core.drafting.recorded import RecordedGroup, load_groups
-from core.drafting.replay import Tally, measure_speed, replay_lockstep, replay_references
 from core.drafting.speculate import SpeculationParams
 
 # SuffixDecoding scoring (no own-text scoring): what the hand computations below use

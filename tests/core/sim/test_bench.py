@@ -1,4 +1,4 @@
-"""``python -m core.sim.bench``: the scaling table's rows and columns (behaviour, not timing)."""
+"""``python -m bench.sim_scaling``: the scaling table's rows and columns (behaviour, not timing)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from core.sim.bench import COLUMNS, format_table, main, run_bench
+from bench.sim_scaling import COLUMNS, format_table, main, run_bench
 from core.sim.report import SimulationRequest, run_simulation
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.drafting.methods import GROUPED_WIDTHS, METHODS, method_factory
-from core.drafting.recorded import RecordedGroup
-from core.drafting.replay import (
+from bench.draft_replay import (
     DEFAULT_SCORING,
     PROTOCOLS,
     SpeedFigures,
@@ -21,6 +19,8 @@ from core.drafting.replay import (
     replay_lockstep,
     replay_references,
 )
+from core.drafting.methods import GROUPED_WIDTHS, METHODS, method_factory
+from core.drafting.recorded import RecordedGroup
 from core.drafting.speculate import SpeculationParams
 
 DEFAULT_KS = (4, 8, 16)

@@ -1,4 +1,4 @@
-"""CPU cost of sim engines: ``python -m app.engines.sim_bench [--engines 8] [--concurrency 64]``.
+"""CPU cost of sim engines: ``python -m app.bench.sim_engine_cpu [--engines 8] [--concurrency 64]``.
 
 N sim engines in one event loop, each kept at ``concurrency`` running requests (a finished
 response is replaced at once, its next chunk sent as soon as the previous one returns) for
@@ -15,8 +15,8 @@ import asyncio
 import time
 
 from app.engines.config import EngineConfig, SimConfig
-from app.engines.sim import SimEngine
-from app.engines.sim_workload import sim_workload
+from app.engines.sim.engine import SimEngine
+from app.engines.sim.workload import sim_workload
 from core.engine import ChunkRequest
 
 

@@ -6,7 +6,7 @@ preempted and recomputed on KV overflow) whose virtual clock is ``(wall - t0) / 
 It sleeps exactly until the instance's next planned event (one loop timer, rescheduled when a
 chunk arrives, ends or is aborted): no polling, and the CPU cost is per event, not per step.
 Chunk k of a request gets exactly the tokens and stop point of the same response generated at
-once (``app.engines.sim_workload``). Costs as in the simulator: a first chunk pays its prompt's
+once (``app.engines.sim.workload``). Costs as in the simulator: a first chunk pays its prompt's
 prefill (blocking the batch); a continuation whose context this engine does not hold waits for
 its KV pull from the global pool (``cost.migrate_time``, not blocking the batch).
 
@@ -34,7 +34,7 @@ from collections import OrderedDict
 from enum import Enum
 
 from app.engines.config import EngineConfig, SimConfig
-from app.engines.sim_workload import (
+from app.engines.sim.workload import (
     EOS,
     SimWorkload,
     Track,

@@ -1,4 +1,5 @@
-"""Refresh cost of the dashboard: ``python -m dashboard.bench [--jobs 10] [--requests 512]``.
+"""Refresh cost of the dashboard:
+``python -m dashboard.refresh_bench [--jobs 10] [--requests 512]``.
 
 Fills a temporary SQLite store (through ``app.store``'s writer) with synthetic history
 (``dashboard.synthetic``: the last job half done), then times what one refresh of each page
@@ -48,7 +49,7 @@ def timings(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m dashboard.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m dashboard.refresh_bench", description=__doc__)
     p.add_argument("--jobs", type=int, default=10)
     p.add_argument("--requests", type=int, default=512, help="per job (groups x G=4)")
     p.add_argument("--repeat", type=int, default=5)

@@ -9,7 +9,7 @@
    up to ``queue_size``, further events are dropped and counted; when the database returns,
    the time to drain the backlog is measured.
 
-Run: ``python -m app.store.bench [--postgres]`` (Postgres: starts a throwaway server with
+Run: ``python -m app.bench.store_writer [--postgres]`` (Postgres: starts a throwaway server with
 ``initdb``/``pg_ctl`` from PATH, as the tests do; needs root's ``postgres`` user or non-root).
 """
 

@@ -7,7 +7,7 @@
 2. Long run: one scheduler serves many rollouts in sequence, releasing each group when it is
    done (what the service does); decisions/s and memory at the end must match the start.
 
-Run: ``python -m core.scheduling.bench`` (``--long-run`` for the second only).
+Run: ``python -m bench.scheduler_dispatch`` (``--long-run`` for the second only).
 """
 
 from __future__ import annotations

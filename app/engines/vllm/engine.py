@@ -23,8 +23,8 @@ from typing import Any
 
 from app.engines.base import EngineDead
 from app.engines.config import EngineConfig
-from app.engines.grouped_proposer import PROPOSER, WORKER_EXTENSION, seer_extra_args
 from app.engines.tokenizer import Tokenizer
+from app.engines.vllm.grouped_proposer import PROPOSER, WORKER_EXTENSION, seer_extra_args
 from app.env import apply_engine_env
 from app.models import resolve_model
 from core.drafting.shared import SyncBatch, SyncReply
@@ -252,7 +252,7 @@ class VllmEngine:
     async def break_verification(self, rule: str | None) -> None:
         """TEST ONLY: switch draft verification to a broken ``rule`` (None: vLLM's own) from the
         next engine step on (see ``broken_acceptance``); never called by the service."""
-        from app.engines.broken_acceptance import check_rule
+        from app.engines.vllm.broken_acceptance import check_rule
 
         if not self.grouped:
             raise ValueError(f"{self.replica_id}: broken_rule needs speculation method grouped")

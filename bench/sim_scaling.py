@@ -7,7 +7,7 @@ linear in its work shows a constant time per request (and per simulated token) d
 time per request x instance then falls as 1 / instances. Wall time on a shared machine moves
 with its load; ``cpu_s`` (this process's CPU time) is the steadier figure.
 
-Run: ``python -m core.sim.bench --scales 0.25,0.5,1,2,4 --policies verl,context,seer``
+Run: ``python -m bench.sim_scaling --scales 0.25,0.5,1,2,4 --policies verl,context,seer``
 (``--json`` for one JSON list of rows).
 """
 

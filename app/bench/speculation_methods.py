@@ -1,6 +1,6 @@
 """Speculation benchmark on one real vLLM engine: none vs ngram vs grouped, side by side.
 
-``python -m app.engines.spec_bench [--model M] [--methods none,ngram,grouped] [--prompts N]
+``python -m app.bench.speculation_methods [--model M] [--methods none,ngram,grouped] [--prompts N]
 [--group-size G] [--max-tokens T] [--temperature X] [--json]``
 
 Each method gets a fresh engine (one after the other, same machine, same run) and the same work:
@@ -24,7 +24,7 @@ from pathlib import Path
 from app.data import SMOLLM2_T1
 from app.engines.chunked import generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
-from app.engines.vllm_engine import VllmEngine
+from app.engines.vllm.engine import VllmEngine
 from core.drafting.recorded import load_groups
 from core.engine import SamplingParams
 
