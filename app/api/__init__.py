@@ -2,7 +2,8 @@
 one module per surface. Importing it loads pydantic and ``core.engine``'s types, never Ray.
 
 - ``app.api.base``: what every request model shares (strictness, prompts, Unicode text);
-- ``app.api.native``: the job API (``/v1/rollouts``).
+- ``app.api.native``: the job API (``/v1/rollouts``);
+- ``app.api.trainer``: what RL trainers already send (OpenAI completions, SGLang).
 
 Every name is importable from ``app.api`` itself.
 """
@@ -21,23 +22,49 @@ from app.api.native import (
     RolloutStats,
     SeedGuarantee,
 )
+from app.api.trainer import (
+    AbortRequest,
+    Choice,
+    ChoiceLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    DiskWeightsRequest,
+    GenerateRequest,
+    ModelCard,
+    ModelList,
+    SGLangSampling,
+    Usage,
+    native_rollout,
+)
 
 __all__ = [
     "SEED_GUARANTEE_DOC",
     "STRICT",
+    "AbortRequest",
+    "Choice",
+    "ChoiceLogprobs",
     "ClientRequest",
+    "CompletionRequest",
+    "CompletionResponse",
+    "DiskWeightsRequest",
+    "GenerateRequest",
     "GroupResult",
     "JobAccepted",
     "JobProgress",
     "JobState",
     "JobStatus",
+    "ModelCard",
+    "ModelList",
     "PromptIds",
     "PromptText",
     "Response",
     "RolloutRequest",
     "RolloutResponse",
     "RolloutStats",
+    "SGLangSampling",
     "SeedGuarantee",
     "TokenIds",
+    "Usage",
     "lone_surrogate",
+    "native_rollout",
 ]

@@ -29,21 +29,22 @@ from starlette.routing import Match
 from swagger_ui_bundle import swagger_ui_path
 
 from app.api import (
+    AbortRequest,
+    CompletionRequest,
+    CompletionResponse,
+    DiskWeightsRequest,
+    GenerateRequest,
     GroupResult,
     JobAccepted,
     JobState,
     JobStatus,
+    ModelCard,
+    ModelList,
     RolloutRequest,
     RolloutResponse,
 )
-from app.compat.openai import (
-    CompletionRequest,
-    CompletionResponse,
-    ModelCard,
-    ModelList,
-    completion_response,
-)
-from app.compat.sglang import AbortRequest, GenerateRequest, generate_response
+from app.compat.openai import completion_response
+from app.compat.sglang import generate_response
 from app.config import ServiceConfig, ServiceLimits
 from app.engines.base import TextCodec
 from app.engines.registry import make_codec
@@ -66,7 +67,7 @@ from app.serve.operator import (
 from app.serve.scheduler import JobOutcome, ServiceHealth
 from app.serve.speculation import SpeculationState
 from app.serve.strict_json import StrictJSONRoute
-from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
+from app.serve.weights import WeightsState, WeightsUpdate, WeightsUpdateRequest
 
 log = logging.getLogger("seer.ingress")
 

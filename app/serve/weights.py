@@ -10,7 +10,7 @@ it has loaded the current one.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.api import ClientRequest
 
@@ -77,28 +77,3 @@ class WeightsUpdate(BaseModel):
         default_factory=dict, description="replica -> error; they left rotation"
     )
     digest: str = Field(description="the checkpoint's digest every replica in it verified")
-
-
-class DiskWeightsRequest(ClientRequest):
-    """``POST /update_weights_from_disk`` (SGLang's shape of POST /v1/weights)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    model_path: str = Field(min_length=1, max_length=4096)
-    load_format: str | None = Field(None, description="accepted; safetensors is what loads")
-    weight_version: str | None = Field(
-        None, max_length=32, description="the new version as decimal digits (None: current + 1)"
-    )
-    abort_all_requests: bool = False
-    sha256: str | None = Field(None, pattern="^[0-9a-f]{64}$", description="see POST /v1/weights")
-    flush_cache: bool = Field(True, description="the prefix cache is always flushed")
-
-    @field_validator("weight_version")
-    @classmethod
-    def _digits(cls, v: str | None) -> str | None:
-        if v is not None and (not v.isdigit() or int(v) < 1):
-            raise ValueError(f"weight_version {v!r} must be a positive integer")
-        return v
-
-    def version(self) -> int | None:
-        return None if self.weight_version is None else int(self.weight_version)

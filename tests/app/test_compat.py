@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.api import GroupResult, Response
-from app.compat.openai import CompletionRequest, completion_response
-from app.compat.sglang import AbortRequest, GenerateRequest, generate_response
+from app.api import AbortRequest, CompletionRequest, GenerateRequest, GroupResult, Response
+from app.compat.openai import completion_response
+from app.compat.sglang import generate_response
 from app.compat.stop import cut_at_stop, cut_at_stop_token
 
 
