@@ -33,9 +33,16 @@ from typing import Any
 
 import httpx
 
-from app.api import GroupResult, JobAccepted, JobState, JobStatus, RolloutRequest
-from app.serve.speculation import SpeculationState  # pydantic only (checked by the tests)
-from app.serve.weights import WeightsState, WeightsUpdate  # pydantic only (checked by the tests)
+from app.api import (
+    GroupResult,
+    JobAccepted,
+    JobState,
+    JobStatus,
+    RolloutRequest,
+    SpeculationState,
+    WeightsState,
+    WeightsUpdate,
+)
 from core.engine import SamplingParams
 
 DEFAULT_URL = "http://127.0.0.1:8000"

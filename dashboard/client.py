@@ -10,8 +10,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from app.api import JobStatus
-from app.serve.speculation import SpeculationState
+from app.api import JobStatus, SpeculationState
 from core.engine import EngineLoad
 
 M = TypeVar("M", bound=BaseModel)

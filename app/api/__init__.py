@@ -3,7 +3,9 @@ one module per surface. Importing it loads pydantic and ``core.engine``'s types,
 
 - ``app.api.base``: what every request model shares (strictness, prompts, Unicode text);
 - ``app.api.native``: the job API (``/v1/rollouts``);
-- ``app.api.trainer``: what RL trainers already send (OpenAI completions, SGLang).
+- ``app.api.trainer``: what RL trainers already send (OpenAI completions, SGLang);
+- ``app.api.operator``: the service's state and operator controls (health, speculation,
+  weights).
 
 Every name is importable from ``app.api`` itself.
 """
@@ -21,6 +23,18 @@ from app.api.native import (
     RolloutResponse,
     RolloutStats,
     SeedGuarantee,
+)
+from app.api.operator import (
+    ReplicaHealth,
+    ReplicaSpeculation,
+    ReplicaState,
+    ServiceHealth,
+    SpeculationState,
+    SpeculationUpdate,
+    WeightsState,
+    WeightsUpdate,
+    WeightsUpdateRequest,
+    WriterStats,
 )
 from app.api.trainer import (
     AbortRequest,
@@ -57,14 +71,24 @@ __all__ = [
     "ModelList",
     "PromptIds",
     "PromptText",
+    "ReplicaHealth",
+    "ReplicaSpeculation",
+    "ReplicaState",
     "Response",
     "RolloutRequest",
     "RolloutResponse",
     "RolloutStats",
     "SGLangSampling",
     "SeedGuarantee",
+    "ServiceHealth",
+    "SpeculationState",
+    "SpeculationUpdate",
     "TokenIds",
     "Usage",
+    "WeightsState",
+    "WeightsUpdate",
+    "WeightsUpdateRequest",
+    "WriterStats",
     "lone_surrogate",
     "native_rollout",
 ]

@@ -32,20 +32,25 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol
 
-from pydantic import BaseModel
-
-from app.api import GroupResult, JobState, JobStatus
+from app.api import (
+    GroupResult,
+    JobState,
+    JobStatus,
+    ReplicaHealth,
+    ReplicaState,
+    SpeculationState,
+    WeightsState,
+    WeightsUpdate,
+)
 from app.config import ServiceConfig
 from app.rollout import JobPlan, RequestRun, assemble_group, seed_guarantee
 from app.serve.detached import detached
 from app.serve.job_book import JobBook
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
-from app.serve.speculation import SharedDrafts, SpeculationControl, SpeculationState
-from app.serve.weights import WeightsState, WeightsUpdate
+from app.serve.speculation import SharedDrafts, SpeculationControl
 from app.store.keys import prompt_hash
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
@@ -91,29 +96,6 @@ class EngineLinks(Protocol):
         """Load ``path`` as ``version``; with ``digest``, refuse a checkpoint of another one
         (nothing loaded). Returns the digest of what was loaded."""
         ...
-
-
-class ReplicaState(StrEnum):
-    """STARTING -> HEALTHY <-> DOWN | STALE; any -> FAILED (kept out of rotation for good)."""
-
-    STARTING = "starting"  # has not answered a health probe yet
-    HEALTHY = "healthy"  # in rotation
-    DOWN = "down"  # lost a chunk or missed a probe; back in rotation once it answers again
-    STALE = "stale"  # answers, but runs other weights than the current version: out of
-    # rotation, loading them; back once it reports the current version
-    FAILED = "failed"  # lost chunks max_replica_failures times within failure_window_s
-
-
-class ReplicaHealth(BaseModel):
-    replica_id: str
-    node_id: str  # the Ray node it last reported from ('' until it answers)
-    gpu_ids: list[str]  # the GPUs it was given (empty on CPU)
-    state: ReplicaState
-    since: float
-    failures: int
-    error: str | None
-    load: EngineLoad | None
-    reserved_kv_tokens: int
 
 
 @dataclass
@@ -407,7 +389,7 @@ class Dispatcher:
         digest: str | None = None,
     ) -> WeightsUpdate:
         """Load new policy weights into every replica between chunks (see
-        ``app.serve.weights``); 409 while another update runs or for a version that does not
+        ``app.api.operator``); 409 while another update runs or for a version that does not
         increase, 504 past ``weight_update_timeout_s``, 503 when no replica loaded them.
         Verified where they are loaded: with ``digest`` (the trainer's) a replica that reads
         another checkpoint loads nothing; without, every replica's digest must be the one most

@@ -42,6 +42,12 @@ from app.api import (
     ModelList,
     RolloutRequest,
     RolloutResponse,
+    ServiceHealth,
+    SpeculationState,
+    SpeculationUpdate,
+    WeightsState,
+    WeightsUpdate,
+    WeightsUpdateRequest,
 )
 from app.compat.openai import completion_response
 from app.compat.sglang import generate_response
@@ -55,7 +61,6 @@ from app.serve.detached import Background
 from app.serve.jobs import JobError, Refusal
 from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import (
-    SpeculationUpdate,
     authorize,
     bearer,
     configured_token,
@@ -64,10 +69,8 @@ from app.serve.operator import (
     settings_patch,
     token_digest,
 )
-from app.serve.scheduler import JobOutcome, ServiceHealth
-from app.serve.speculation import SpeculationState
+from app.serve.scheduler import JobOutcome
 from app.serve.strict_json import StrictJSONRoute
-from app.serve.weights import WeightsState, WeightsUpdate, WeightsUpdateRequest
 
 log = logging.getLogger("seer.ingress")
 

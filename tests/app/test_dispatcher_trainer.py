@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.api import JobState
-from app.serve.dispatcher import Dispatcher, ReplicaState
+from app.api import JobState, ReplicaState
+from app.serve.dispatcher import Dispatcher
 from app.serve.jobs import JobError
 from core.events import CollectingSink, JobStarted, RequestFinished
 from tests.app.test_dispatcher import FakeDrafts, FakeLinks, _config, _plan, _with

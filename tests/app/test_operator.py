@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 from fastapi import HTTPException
 
-from app.serve.operator import (
-    TOKEN_ENV,
-    SpeculationUpdate,
-    authorize,
-    configured_token,
-    settings_patch,
-)
+from app.api import SpeculationUpdate
+from app.serve.operator import TOKEN_ENV, authorize, configured_token, settings_patch
 from core.drafting.step_drafter import DraftSettings
 
 

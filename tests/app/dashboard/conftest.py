@@ -17,8 +17,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Header
 
-from app.serve.operator import SpeculationUpdate, authorize, settings_patch
-from app.serve.speculation import ReplicaSpeculation, SpeculationState
+from app.api import ReplicaSpeculation, SpeculationState, SpeculationUpdate
+from app.serve.operator import authorize, settings_patch
 from core.drafting.step_drafter import DraftSettings
 from dashboard.bench import fill
 from dashboard.synthetic import Shape
