@@ -5,12 +5,14 @@ one module per surface. Importing it loads pydantic and ``core.engine``'s types,
 - ``app.api.native``: the job API (``/v1/rollouts``);
 - ``app.api.trainer``: what RL trainers already send (OpenAI completions, SGLang);
 - ``app.api.operator``: the service's state and operator controls (health, speculation,
-  weights).
+  weights);
+- ``app.api.errors``: error bodies.
 
 Every name is importable from ``app.api`` itself.
 """
 
 from app.api.base import STRICT, ClientRequest, PromptIds, PromptText, TokenIds, lone_surrogate
+from app.api.errors import ErrorBody, FieldError, ValidationErrorBody
 from app.api.native import (
     SEED_GUARANTEE_DOC,
     GroupResult,
@@ -61,6 +63,8 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "DiskWeightsRequest",
+    "ErrorBody",
+    "FieldError",
     "GenerateRequest",
     "GroupResult",
     "JobAccepted",
@@ -85,6 +89,7 @@ __all__ = [
     "SpeculationUpdate",
     "TokenIds",
     "Usage",
+    "ValidationErrorBody",
     "WeightsState",
     "WeightsUpdate",
     "WeightsUpdateRequest",

@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -33,6 +33,7 @@ from app.api import (
     CompletionRequest,
     CompletionResponse,
     DiskWeightsRequest,
+    ErrorBody,
     GenerateRequest,
     GroupResult,
     JobAccepted,
@@ -102,12 +103,6 @@ async def _docs(request: Request) -> HTMLResponse:
 def _unprocessable(field: list[str | int], msg: str) -> HTTPException:
     err = {"loc": ["body", *field], "msg": msg, "type": "value_error"}  # FastAPI's 422 shape
     return HTTPException(status_code=422, detail=[err])
-
-
-class ErrorBody(BaseModel):
-    """Every error the service answers (but 422: FastAPI's ``HTTPValidationError``)."""
-
-    detail: str = Field(description="what was refused and why, naming the value")
 
 
 _ERROR_TEXT = {
