@@ -5,8 +5,8 @@
 - ``ValidationErrorBody`` ``{"detail": [FieldError, ...]}``: a 422, bad input named by field
   (FastAPI's shape, published as its ``HTTPValidationError``; ``input`` is echoed only for an
   error inside the body, never for the whole body);
-- ``/update_weights_from_disk`` answers its errors in SGLang's shape (``{"success": false,
-  "message", "num_paused_requests"}``).
+- ``/update_weights_from_disk`` answers its errors in SGLang's shape
+  (``app.api.trainer.DiskWeightsResponse`` with ``success`` false).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ done); ``app.compat`` builds the answers from the job's groups.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -262,6 +262,58 @@ class GenerateRequest(ClientRequest):
         )
 
 
+#: ``meta_info.output_token_logprobs``: one ``[logprob, token id, null]`` per output token.
+TokenLogprob = tuple[float, int, None]
+
+
+class GenerateStop(BaseModel):
+    type: Literal["stop"]
+    matched: str | int | None = Field(
+        description="the stop string or stop token id matched; at EOS its token id (None: no token)"
+    )
+
+
+class GenerateLength(BaseModel):
+    type: Literal["length"]
+    length: int
+
+
+class GenerateAbort(BaseModel):
+    type: Literal["abort"]
+    message: str
+
+
+#: ``meta_info.finish_reason``, told apart by ``type``.
+GenerateFinish = Annotated[
+    GenerateStop | GenerateLength | GenerateAbort, Field(discriminator="type")
+]
+
+
+class GenerateMeta(BaseModel):
+    id: str = Field(description="the call's rid; ``<rid>-<prompt>-<sample>`` in a list")
+    finish_reason: GenerateFinish
+    prompt_tokens: int
+    completion_tokens: int
+    policy_version: int
+    logprobs_mode: LogprobsMode
+    output_token_logprobs: list[TokenLogprob] | None = Field(
+        None, description="with return_logprob (absent without)"
+    )
+
+
+class GenerateOutput(BaseModel):
+    """One sample of ``POST /generate``."""
+
+    text: str
+    output_ids: list[int]
+    meta_info: GenerateMeta
+
+
+#: The answer of ``POST /generate``: one ``GenerateOutput`` for one prompt and n = 1 (given as
+#: one ``text`` or one list of ``input_ids``), else a list of them, prompt-major.
+GenerateAnswer = GenerateOutput | list[GenerateOutput]
+
+
 class AbortRequest(ClientRequest):
     # the schema says what _what checks: a rid, or abort_all true
     model_config = ConfigDict(
@@ -282,6 +334,13 @@ class AbortRequest(ClientRequest):
         if not self.abort_all and not self.rid:
             raise ValueError("give a rid, or abort_all: true")
         return self
+
+
+class AbortResponse(BaseModel):
+    """``POST /abort_request``: the calls (rids) or jobs aborted; none for an unknown or finished
+    rid."""
+
+    aborted: list[str]
 
 
 class DiskWeightsRequest(ClientRequest):
@@ -307,3 +366,13 @@ class DiskWeightsRequest(ClientRequest):
 
     def version(self) -> int | None:
         return None if self.weight_version is None else int(self.weight_version)
+
+
+class DiskWeightsResponse(BaseModel):
+    """``POST /update_weights_from_disk`` in SGLang's shape, its errors too (``success`` false,
+    with the HTTP status of ``POST /v1/weights``)."""
+
+    success: bool
+    message: str
+    num_paused_requests: int = Field(description="unfinished requests started over")
+    policy_version: int | None = Field(None, description="the version loaded (on success)")

@@ -14,8 +14,59 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.api import GenerateRequest, GroupResult
+from app.api import (
+    GenerateAbort,
+    GenerateLength,
+    GenerateMeta,
+    GenerateOutput,
+    GenerateRequest,
+    GenerateStop,
+    GroupResult,
+)
 from app.compat.stop import cut_at_stop, cut_at_stop_token
+
+
+def generate_outputs(
+    req: GenerateRequest,
+    groups: list[GroupResult],
+    rid: str,
+    decode: Callable[[list[int]], str],
+) -> list[GenerateOutput]:
+    """Every sample of a terminal job (groups in prompt order), prompt-major; blocking
+    (detokenizes)."""
+    p = req.sampling_params
+    out: list[GenerateOutput] = []
+    for g in groups:
+        for r in g.responses:
+            ids, lps, stop_id = cut_at_stop_token(r.token_ids, r.logprobs, p.stop_token_ids or [])
+            cut = cut_at_stop(ids, lps, decode(ids), p.stops(), decode, p.no_stop_trim)
+            n = len(cut.token_ids)
+            finish: GenerateStop | GenerateLength | GenerateAbort
+            if cut.matched is not None:
+                finish = GenerateStop(type="stop", matched=cut.matched)
+            elif stop_id is not None:
+                finish = GenerateStop(type="stop", matched=stop_id)
+            elif r.finish_reason == "length":
+                finish = GenerateLength(type="length", length=n)
+            elif r.finish_reason == "abort":
+                finish = GenerateAbort(type="abort", message="aborted (POST /abort_request)")
+            else:
+                finish = GenerateStop(type="stop", matched=cut.token_ids[-1] if n else None)
+            meta = GenerateMeta(
+                id=rid if len(groups) * p.n == 1 else f"{rid}-{g.prompt_index}-{r.index}",
+                finish_reason=finish,
+                prompt_tokens=len(g.prompt_token_ids),
+                completion_tokens=n,
+                policy_version=r.policy_version,
+                logprobs_mode=r.logprobs_mode,
+            )
+            if req.return_logprob:  # set only then: absent from the answer without
+                lps = cut.logprobs or []
+                meta.output_token_logprobs = [
+                    (lp, t, None) for lp, t in zip(lps, cut.token_ids, strict=True)
+                ]
+            out.append(GenerateOutput(text=cut.text, output_ids=cut.token_ids, meta_info=meta))
+    return out
 
 
 def generate_response(
@@ -24,36 +75,10 @@ def generate_response(
     rid: str,
     decode: Callable[[list[int]], str],
 ) -> dict[str, Any] | list[dict[str, Any]]:
-    """SGLang's answer for a terminal job (groups in prompt order); blocking (detokenizes)."""
-    p = req.sampling_params
-    out: list[dict[str, Any]] = []
-    for g in groups:
-        for r in g.responses:
-            ids, lps, stop_id = cut_at_stop_token(r.token_ids, r.logprobs, p.stop_token_ids or [])
-            cut = cut_at_stop(ids, lps, decode(ids), p.stops(), decode, p.no_stop_trim)
-            n = len(cut.token_ids)
-            if cut.matched is not None:
-                finish: dict[str, Any] = {"type": "stop", "matched": cut.matched}
-            elif stop_id is not None:
-                finish = {"type": "stop", "matched": stop_id}
-            elif r.finish_reason == "length":
-                finish = {"type": "length", "length": n}
-            elif r.finish_reason == "abort":
-                finish = {"type": "abort", "message": "aborted (POST /abort_request)"}
-            else:
-                finish = {"type": "stop", "matched": cut.token_ids[-1] if n else None}
-            meta: dict[str, Any] = {
-                "id": rid if len(groups) * p.n == 1 else f"{rid}-{g.prompt_index}-{r.index}",
-                "finish_reason": finish,
-                "prompt_tokens": len(g.prompt_token_ids),
-                "completion_tokens": n,
-                "policy_version": r.policy_version,
-                "logprobs_mode": r.logprobs_mode,
-            }
-            if req.return_logprob:
-                lps = cut.logprobs or []
-                meta["output_token_logprobs"] = [
-                    [lp, t, None] for lp, t in zip(lps, cut.token_ids, strict=True)
-                ]
-            out.append({"text": cut.text, "output_ids": cut.token_ids, "meta_info": meta})
+    """SGLang's answer (``app.api.GenerateAnswer``) as JSON data: a list of samples, or the
+    only one when the request is not batched; blocking (detokenizes)."""
+    out = [
+        o.model_dump(mode="json", exclude_unset=True)
+        for o in generate_outputs(req, groups, rid, decode)
+    ]
     return out if req.batched else out[0]
