@@ -283,7 +283,7 @@ def wait_healthy(client: SeerClient, timeout_s: float, say: Callable[[str], None
     last = t0
     while True:
         with contextlib.suppress(httpx.HTTPError):
-            if client.health()["status"] == "ok":
+            if client.health().status == "ok":
                 return
         now = time.monotonic()
         if now - t0 > timeout_s:
