@@ -55,6 +55,7 @@ from app.api import (
     JobStatus,
     ModelList,
     RolloutRequest,
+    SamplingParams,
     ServiceHealth,
     SpeculationState,
     SpeculationUpdate,
@@ -63,7 +64,6 @@ from app.api import (
     WeightsUpdate,
     WeightsUpdateRequest,
 )
-from core.engine import SamplingParams
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

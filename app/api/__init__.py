@@ -8,7 +8,9 @@ one module per surface. Importing it loads pydantic and ``core.engine``'s types,
   weights);
 - ``app.api.errors``: error bodies.
 
-Every name is importable from ``app.api`` itself.
+Two models inside them are the engine's own, defined in ``core.engine`` (``core`` cannot import
+``app``) and re-exported here: ``SamplingParams`` (``RolloutRequest.sampling``) and
+``EngineLoad`` (``ReplicaHealth.load``). Every name is importable from ``app.api`` itself.
 """
 
 from app.api.base import STRICT, ClientRequest, PromptIds, PromptText, TokenIds, lone_surrogate
@@ -62,6 +64,7 @@ from app.api.trainer import (
     Usage,
     native_rollout,
 )
+from core.engine import EngineLoad, SamplingParams
 
 __all__ = [
     "SEED_GUARANTEE_DOC",
@@ -75,6 +78,7 @@ __all__ = [
     "CompletionResponse",
     "DiskWeightsRequest",
     "DiskWeightsResponse",
+    "EngineLoad",
     "ErrorBody",
     "FieldError",
     "GenerateAbort",
@@ -102,6 +106,7 @@ __all__ = [
     "RolloutResponse",
     "RolloutStats",
     "SGLangSampling",
+    "SamplingParams",
     "SeedGuarantee",
     "ServiceHealth",
     "SpeculationState",

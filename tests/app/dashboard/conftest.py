@@ -18,6 +18,7 @@ import uvicorn
 from fastapi import FastAPI, Header
 
 from app.api import (
+    EngineLoad,
     ReplicaHealth,
     ReplicaSpeculation,
     ReplicaState,
@@ -27,7 +28,6 @@ from app.api import (
 )
 from app.serve.operator import authorize, settings_patch
 from core.drafting.step_drafter import DraftSettings
-from core.engine import EngineLoad
 from dashboard.bench import fill
 from dashboard.synthetic import Shape
 from tests.conftest import free_port
