@@ -253,7 +253,7 @@ def _rollout_body(
     return _body(RolloutRequest.model_validate(fields))
 
 
-def _body(request: Any) -> dict[str, Any]:
+def _body(request: BaseModel) -> dict[str, Any]:
     """The JSON body of a request model: the fields it was given."""
     body: dict[str, Any] = request.model_dump(mode="json", exclude_unset=True)
     return body
@@ -274,11 +274,11 @@ def _generate_answer(response: httpx.Response) -> GenerateAnswer:
 def _health(response: httpx.Response) -> ServiceHealth:
     """The health of a 200, or of the 503 that still reports every replica (an unreachable
     scheduler's 503 is an error)."""
-    if response.is_success:
-        return ServiceHealth.model_validate_json(response.content)
     try:
         return ServiceHealth.model_validate_json(response.content)
     except ValueError:
+        if response.is_success:
+            raise
         raise _http_error(response) from None
 
 
