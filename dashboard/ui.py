@@ -1,5 +1,6 @@
-"""The Streamlit side shared by the pages: the config, the store reader and service client
-(one per process), live fragments, and friendly messages instead of tracebacks."""
+"""The Streamlit side shared by the pages: the config, the store reader and the service's
+client (``app.client.SeerClient``, one per process; every call bounded by ``http_timeout_s``),
+live fragments, and friendly messages instead of tracebacks."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import httpx
 import streamlit as st
+from pydantic import ValidationError
 
+from app.client import SeerClient, SeerHTTPError
 from app.store.config import redact
 from app.store.reader import StoreReader, StoreUnavailable
-from dashboard.client import ServiceClient, ServiceError, ServiceUnreachable
 from dashboard.config import DashboardConfig, parse_config
 
 log = logging.getLogger("seer.dashboard")
@@ -35,8 +38,22 @@ def reader(url: str) -> StoreReader:
 
 
 @st.cache_resource(show_spinner=False)
-def client(url: str, timeout_s: float) -> ServiceClient:
-    return ServiceClient(url, timeout_s)
+def client(url: str, timeout_s: float) -> SeerClient:
+    return SeerClient(url.rstrip("/"), timeout=timeout_s)
+
+
+def refusal(exc: SeerHTTPError) -> str:
+    """An error answer in words: its status and ``detail`` (a 422's refused values as
+    "field: message")."""
+    if exc.field_errors:
+        detail = "; ".join(
+            f"{'.'.join(str(x) for x in e.loc if x not in ('body', 'settings')) or 'request'}: "
+            f"{e.msg}"
+            for e in exc.field_errors
+        )
+    else:
+        detail = str(exc.detail)[:500]
+    return f"HTTP {exc.status_code}: {detail}"
 
 
 def live(body: Callable[[DashboardConfig], None], cfg: DashboardConfig) -> None:
@@ -56,10 +73,15 @@ def guard(what: str) -> Iterator[None]:
             st.info(f"Nothing recorded yet: {exc}.")
         else:
             st.warning(f"{what}: the history store cannot be read: {exc}")
-    except ServiceUnreachable as exc:
-        st.warning(f"{what}: {exc}. Is the service running (`./run.sh`)?")
-    except ServiceError as exc:
-        st.warning(f"{what}: the service answered {exc}")
+    except httpx.HTTPError as exc:  # no answer
+        st.warning(
+            f"{what}: the service is unreachable: {type(exc).__name__}: {exc}. Is the service "
+            "running (`./run.sh`)?"
+        )
+    except SeerHTTPError as exc:
+        st.warning(f"{what}: the service answered {refusal(exc)}")
+    except ValidationError as exc:  # not JSON, or not the API's model
+        st.warning(f"{what}: unexpected answer from the service: {exc}")
     except Exception as exc:
         log.exception("dashboard: %s failed", what)
         st.error(f"{what} failed: {type(exc).__name__}: {exc}")

@@ -55,10 +55,9 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script: the repository root holds app/ and core/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.api import GroupResult, Response  # noqa: E402 - after the path fix-up above
+from app.api import GroupResult, Response, WeightsUpdate  # noqa: E402 - after the path fix-up
 from app.client import SeerClient  # noqa: E402
 from app.env import OPERATOR_TOKEN_ENV, operator_token  # noqa: E402
-from app.serve.weights import WeightsUpdate  # noqa: E402
 from app.weights_digest import checkpoint_digest  # noqa: E402
 
 if TYPE_CHECKING:
@@ -285,7 +284,7 @@ def wait_healthy(client: SeerClient, timeout_s: float, say: Callable[[str], None
     last = t0
     while True:
         with contextlib.suppress(httpx.HTTPError):
-            if client.health()["status"] == "ok":
+            if client.health().status == "ok":
                 return
         now = time.monotonic()
         if now - t0 > timeout_s:

@@ -1,2 +1,3 @@
-"""Request and response shapes of other rollout APIs (OpenAI completions, SGLang /generate),
-converted to and from the native job API; plain pydantic, no Ray (tested without it)."""
+"""Answers of the trainer endpoints (OpenAI completions, SGLang ``/generate``) built from a
+finished job's groups; their request and response models are ``app.api.trainer``. Plain
+pydantic, no Ray (tested without it)."""

@@ -11,135 +11,16 @@ alternatives); ``return_tokens_as_token_ids`` names tokens ``token_id:<id>`` as 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from app.api import ClientRequest, GroupResult, PromptIds, PromptText, RolloutRequest
-from app.compat.native import native_rollout
+from app.api import (
+    Choice,
+    ChoiceLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    GroupResult,
+    Usage,
+)
 from app.compat.stop import cut_at_stop
-from core.engine import SamplingParams
-from core.engine.types import SEED_SPACE, LogprobsMode
-
-Prompt = PromptText | PromptIds | list[PromptText] | list[PromptIds]
-
-
-class CompletionRequest(ClientRequest):
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-    model: str = Field(min_length=1, max_length=512, description="any name; answered with ours")
-    prompt: Prompt = Field(description="text, token ids, or a list of either (one group each)")
-    n: int = Field(1, ge=1, le=256, description="choices per prompt: the group size G")
-    max_tokens: int = Field(16, ge=1, le=1_048_576)
-    temperature: float = Field(1.0, ge=0.0, le=10.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1 or 0: disabled")
-    seed: int | None = Field(None, ge=0, lt=SEED_SPACE)
-    logprobs: int | None = Field(None, ge=0, le=5)
-    stop: str | list[str] | None = Field(None, description="up to 16 stop strings")
-    return_tokens_as_token_ids: bool = False
-    stream: Literal[False] = Field(False, description="streaming is not supported")
-    user: str | None = Field(None, max_length=512, description="accepted, not used")
-    group_key: str | None = Field(
-        None,
-        min_length=1,
-        max_length=256,
-        description="join the choices to every other request with this key while its group is "
-        "open (one prompt only)",
-    )
-    prompt_id: str | None = Field(
-        None, min_length=1, max_length=256, description="stable id of the prompt (one prompt)"
-    )
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(v, list) and len(v) > 16:
-            raise ValueError(f"{len(v)} stop strings; at most 16")
-        return v
-
-    def prompts(self) -> list[str | list[int]]:
-        p = self.prompt
-        if isinstance(p, str):
-            return [p]
-        if not p:
-            raise ValueError("prompt is an empty list")
-        if all(isinstance(x, int) for x in p):
-            return [list(p)]  # type: ignore[arg-type]
-        return list(p)  # type: ignore[arg-type]
-
-    def stops(self) -> list[str]:
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-
-    def to_rollout(self) -> RolloutRequest:
-        """The native job of this request (ValueError naming the field when inconsistent)."""
-        return native_rollout(
-            self.prompts(),
-            group_size=self.n,
-            max_tokens=self.max_tokens,
-            sampling=SamplingParams(
-                temperature=self.temperature,
-                top_p=self.top_p,
-                top_k=max(self.top_k, 0),
-                seed=self.seed,
-            ),
-            logprobs=self.logprobs is not None,
-            group_key=self.group_key,
-            prompt_id=self.prompt_id,
-        )
-
-
-class ChoiceLogprobs(BaseModel):
-    tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
-    text_offset: list[int]
-
-
-class Choice(BaseModel):
-    index: int
-    text: str
-    logprobs: ChoiceLogprobs | None
-    finish_reason: str = Field(description="stop | length | abort")
-    stop_reason: str | None = Field(None, description="the stop string matched, if any")
-    token_ids: list[int]
-    prompt_token_ids: list[int]
-    policy_version: int
-    logprobs_mode: LogprobsMode = Field(
-        description="raw (the model's untempered logprobs) | processed (of the distribution "
-        "sampled from); see the native API"
-    )
-
-
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class CompletionResponse(BaseModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[Choice]
-    usage: Usage
-    policy_version: int = Field(description="newest policy version among the choices")
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "seer"
-
-
-class ModelList(BaseModel):
-    """``GET /v1/models``: OpenAI clients list the models first; the one served is the only one
-    (``/v1/completions`` answers with it whatever ``model`` a request names)."""
-
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
 
 
 def completion_response(

@@ -11,133 +11,62 @@ returned); ``meta_info.policy_version`` is the weights version that sampled the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from app.api import ClientRequest, GroupResult, RolloutRequest
-from app.compat.native import native_rollout
+from app.api import (
+    GenerateAbort,
+    GenerateLength,
+    GenerateMeta,
+    GenerateOutput,
+    GenerateRequest,
+    GenerateStop,
+    GroupResult,
+)
 from app.compat.stop import cut_at_stop, cut_at_stop_token
-from core.engine import SamplingParams
-from core.engine.types import SEED_SPACE
-
-_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-RID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
-class SGLangSampling(BaseModel):
-    model_config = _STRICT
-
-    max_new_tokens: int = Field(128, ge=1, le=1_048_576)
-    temperature: float = Field(1.0, ge=0.0, le=10.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1: disabled")
-    n: int = Field(1, ge=1, le=256, description="samples per prompt (the group size)")
-    stop: str | list[str] | None = Field(None, description="stop strings (up to 16)")
-    stop_token_ids: list[int] | None = Field(None, max_length=64)
-    no_stop_trim: bool = Field(False, description="keep the matched stop string in the text")
-    spaces_between_special_tokens: bool = Field(True, description="accepted, not used")
-    sampling_seed: int | None = Field(None, ge=0, lt=SEED_SPACE)
-    skip_special_tokens: Literal[True] = True
-
-    def stops(self) -> list[str]:
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-
-
-class GenerateRequest(ClientRequest):
-    # the schema says what _one_input checks: exactly one of input_ids and text, not null
-    model_config = ConfigDict(
-        **_STRICT,
-        json_schema_extra={
-            "oneOf": [
-                {"required": ["input_ids"], "properties": {"input_ids": {"type": "array",
-                                                                         "minItems": 1},
-                                                           "text": {"type": "null"}}},
-                {"required": ["text"], "properties": {"text": {"type": ["string", "array"]},
-                                                      "input_ids": {"type": "null"}}},
-            ]
-        },
-    )  # fmt: skip
-
-    input_ids: list[int] | list[list[int]] | None = None
-    text: str | list[str] | None = None
-    sampling_params: SGLangSampling = Field(default_factory=SGLangSampling)
-    return_logprob: bool = False
-    rid: str | None = Field(None, description="id of this call, for /abort_request")
-    stream: Literal[False] = Field(False, description="streaming is not supported")
-    group_key: str | None = Field(None, min_length=1, max_length=256)
-    prompt_id: str | None = Field(None, min_length=1, max_length=256)
-
-    @model_validator(mode="after")
-    def _one_input(self) -> GenerateRequest:
-        if (self.input_ids is None) == (self.text is None):
-            raise ValueError("give exactly one of input_ids and text")
-        if self.rid is not None and not RID.match(self.rid):
-            raise ValueError(f"rid {self.rid!r} must be 1-128 of A-Z a-z 0-9 _ . : -")
-        if len(self.sampling_params.stops()) > 16:
-            raise ValueError("at most 16 stop strings")
-        return self
-
-    def prompts(self) -> list[str | list[int]]:
-        if self.input_ids is not None:
-            ids = self.input_ids
-            if ids and all(isinstance(x, list) for x in ids):
-                return [list(x) for x in ids]  # type: ignore[arg-type]
-            return [list(ids)]  # type: ignore[arg-type]
-        assert self.text is not None
-        return [self.text] if isinstance(self.text, str) else list(self.text)
-
-    @property
-    def batched(self) -> bool:
-        return (
-            len(self.prompts()) > 1
-            or self.sampling_params.n > 1
-            or (
-                isinstance(self.text, list)
-                or (self.input_ids is not None and any(isinstance(x, list) for x in self.input_ids))
+def generate_outputs(
+    req: GenerateRequest,
+    groups: list[GroupResult],
+    rid: str,
+    decode: Callable[[list[int]], str],
+) -> list[GenerateOutput]:
+    """Every sample of a terminal job (groups in prompt order), prompt-major; blocking
+    (detokenizes)."""
+    p = req.sampling_params
+    out: list[GenerateOutput] = []
+    for g in groups:
+        for r in g.responses:
+            ids, lps, stop_id = cut_at_stop_token(r.token_ids, r.logprobs, p.stop_token_ids or [])
+            cut = cut_at_stop(ids, lps, decode(ids), p.stops(), decode, p.no_stop_trim)
+            n = len(cut.token_ids)
+            finish: GenerateStop | GenerateLength | GenerateAbort
+            if cut.matched is not None:
+                finish = GenerateStop(type="stop", matched=cut.matched)
+            elif stop_id is not None:
+                finish = GenerateStop(type="stop", matched=stop_id)
+            elif r.finish_reason == "length":
+                finish = GenerateLength(type="length", length=n)
+            elif r.finish_reason == "abort":
+                finish = GenerateAbort(type="abort", message="aborted (POST /abort_request)")
+            else:
+                finish = GenerateStop(type="stop", matched=cut.token_ids[-1] if n else None)
+            meta = GenerateMeta(
+                id=rid if len(groups) * p.n == 1 else f"{rid}-{g.prompt_index}-{r.index}",
+                finish_reason=finish,
+                prompt_tokens=len(g.prompt_token_ids),
+                completion_tokens=n,
+                policy_version=r.policy_version,
+                logprobs_mode=r.logprobs_mode,
             )
-        )
-
-    def to_rollout(self) -> RolloutRequest:
-        p = self.sampling_params
-        return native_rollout(
-            self.prompts(),
-            group_size=p.n,
-            max_tokens=p.max_new_tokens,
-            sampling=SamplingParams(
-                temperature=p.temperature,
-                top_p=p.top_p,
-                top_k=max(p.top_k, 0),
-                seed=p.sampling_seed,
-            ),
-            logprobs=self.return_logprob,
-            group_key=self.group_key,
-            prompt_id=self.prompt_id,
-        )
-
-
-class AbortRequest(ClientRequest):
-    # the schema says what _what checks: a rid, or abort_all true
-    model_config = ConfigDict(
-        **_STRICT,
-        json_schema_extra={
-            "anyOf": [
-                {"required": ["rid"], "properties": {"rid": {"minLength": 1}}},
-                {"required": ["abort_all"], "properties": {"abort_all": {"const": True}}},
-            ]
-        },
-    )
-
-    rid: str = Field("", max_length=128, description="the call to abort ('' with abort_all)")
-    abort_all: bool = False
-
-    @model_validator(mode="after")
-    def _what(self) -> AbortRequest:
-        if not self.abort_all and not self.rid:
-            raise ValueError("give a rid, or abort_all: true")
-        return self
+            if req.return_logprob:  # set only then: absent from the answer without
+                lps = cut.logprobs or []
+                meta.output_token_logprobs = [
+                    (lp, t, None) for lp, t in zip(lps, cut.token_ids, strict=True)
+                ]
+            out.append(GenerateOutput(text=cut.text, output_ids=cut.token_ids, meta_info=meta))
+    return out
 
 
 def generate_response(
@@ -146,36 +75,10 @@ def generate_response(
     rid: str,
     decode: Callable[[list[int]], str],
 ) -> dict[str, Any] | list[dict[str, Any]]:
-    """SGLang's answer for a terminal job (groups in prompt order); blocking (detokenizes)."""
-    p = req.sampling_params
-    out: list[dict[str, Any]] = []
-    for g in groups:
-        for r in g.responses:
-            ids, lps, stop_id = cut_at_stop_token(r.token_ids, r.logprobs, p.stop_token_ids or [])
-            cut = cut_at_stop(ids, lps, decode(ids), p.stops(), decode, p.no_stop_trim)
-            n = len(cut.token_ids)
-            if cut.matched is not None:
-                finish: dict[str, Any] = {"type": "stop", "matched": cut.matched}
-            elif stop_id is not None:
-                finish = {"type": "stop", "matched": stop_id}
-            elif r.finish_reason == "length":
-                finish = {"type": "length", "length": n}
-            elif r.finish_reason == "abort":
-                finish = {"type": "abort", "message": "aborted (POST /abort_request)"}
-            else:
-                finish = {"type": "stop", "matched": cut.token_ids[-1] if n else None}
-            meta: dict[str, Any] = {
-                "id": rid if len(groups) * p.n == 1 else f"{rid}-{g.prompt_index}-{r.index}",
-                "finish_reason": finish,
-                "prompt_tokens": len(g.prompt_token_ids),
-                "completion_tokens": n,
-                "policy_version": r.policy_version,
-                "logprobs_mode": r.logprobs_mode,
-            }
-            if req.return_logprob:
-                lps = cut.logprobs or []
-                meta["output_token_logprobs"] = [
-                    [lp, t, None] for lp, t in zip(lps, cut.token_ids, strict=True)
-                ]
-            out.append({"text": cut.text, "output_ids": cut.token_ids, "meta_info": meta})
+    """SGLang's answer (``app.api.GenerateAnswer``) as JSON data: a list of samples, or the
+    only one when the request is not batched; blocking (detokenizes)."""
+    out = [
+        o.model_dump(mode="json", exclude_unset=True)
+        for o in generate_outputs(req, groups, rid, decode)
+    ]
     return out if req.batched else out[0]

@@ -33,24 +33,25 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.api import GroupResult, JobState, JobStatus
+from app.api import (
+    GroupResult,
+    JobState,
+    JobStatus,
+    ReplicaHealth,
+    ReplicaState,
+    SpeculationState,
+    WeightsState,
+    WeightsUpdate,
+)
 from app.config import ServiceConfig
 from app.rollout import JobPlan, RequestRun, assemble_group, seed_guarantee
 from app.serve.detached import detached
 from app.serve.job_book import JobBook
 from app.serve.jobs import Job, JobError
 from app.serve.metrics import ServiceMetrics
-from app.serve.replica_pool import (
-    EngineLinks,
-    Replica,
-    ReplicaHealth,
-    ReplicaPool,
-    ReplicaState,
-    ReplicaUnavailable,
-)
-from app.serve.speculation import SharedDrafts, SpeculationControl, SpeculationState
+from app.serve.replica_pool import EngineLinks, Replica, ReplicaPool, ReplicaUnavailable
+from app.serve.speculation import SharedDrafts, SpeculationControl
 from app.serve.weight_updater import WeightUpdater
-from app.serve.weights import WeightsState, WeightsUpdate
 from app.store.keys import prompt_hash
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, FinishReason
@@ -355,7 +356,7 @@ class Dispatcher:
         abort_running: bool = False,
         digest: str | None = None,
     ) -> WeightsUpdate:
-        """Load new policy weights into every replica between chunks (``app.serve.weights``
+        """Load new policy weights into every replica between chunks (``app.api.operator``
         says what that promises, ``app.serve.weight_updater`` how it is done)."""
         return await self.updater.update(path, version, abort_running, digest)
 

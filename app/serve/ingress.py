@@ -22,28 +22,36 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from swagger_ui_bundle import swagger_ui_path
 
 from app.api import (
+    AbortRequest,
+    CompletionRequest,
+    CompletionResponse,
+    DiskWeightsRequest,
+    ErrorBody,
+    GenerateRequest,
     GroupResult,
     JobAccepted,
     JobState,
     JobStatus,
-    RolloutRequest,
-    RolloutResponse,
-)
-from app.compat.openai import (
-    CompletionRequest,
-    CompletionResponse,
     ModelCard,
     ModelList,
-    completion_response,
+    RolloutRequest,
+    RolloutResponse,
+    ServiceHealth,
+    SpeculationState,
+    SpeculationUpdate,
+    WeightsState,
+    WeightsUpdate,
+    WeightsUpdateRequest,
 )
-from app.compat.sglang import AbortRequest, GenerateRequest, generate_response
+from app.compat.openai import completion_response
+from app.compat.sglang import generate_response
 from app.config import ServiceConfig, ServiceLimits
 from app.engines.base import TextCodec
 from app.engines.registry import make_codec
@@ -54,7 +62,6 @@ from app.serve.detached import Background
 from app.serve.jobs import JobError
 from app.serve.metrics import CONTENT_TYPE
 from app.serve.operator import (
-    SpeculationUpdate,
     authorize,
     bearer,
     configured_token,
@@ -63,11 +70,9 @@ from app.serve.operator import (
     settings_patch,
     token_digest,
 )
-from app.serve.scheduler import JobOutcome, ServiceHealth
+from app.serve.scheduler import JobOutcome
 from app.serve.scheduler_handle import SchedulerHandle
-from app.serve.speculation import SpeculationState
 from app.serve.strict_json import StrictJSONRoute
-from app.serve.weights import DiskWeightsRequest, WeightsState, WeightsUpdate, WeightsUpdateRequest
 
 log = logging.getLogger("seer.ingress")
 T = TypeVar("T")
@@ -100,12 +105,6 @@ async def _docs(request: Request) -> HTMLResponse:
 def _unprocessable(field: list[str | int], msg: str) -> HTTPException:
     err = {"loc": ["body", *field], "msg": msg, "type": "value_error"}  # FastAPI's 422 shape
     return HTTPException(status_code=422, detail=[err])
-
-
-class ErrorBody(BaseModel):
-    """Every error the service answers (but 422: FastAPI's ``HTTPValidationError``)."""
-
-    detail: str = Field(description="what was refused and why, naming the value")
 
 
 _ERROR_TEXT = {

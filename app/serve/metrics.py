@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from app.store.writer import WriterStats
+    from app.api import WriterStats
     from core.drafting.shared import SharedStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -18,34 +18,10 @@ import secrets
 from typing import Any
 
 from fastapi import HTTPException
-from pydantic import ConfigDict, Field
 
-from app.api import ClientRequest
+from app.api import SpeculationUpdate
 from app.env import OPERATOR_TOKEN_ENV, operator_token
-from core.drafting.speculate import MAX_DRAFT_TOKENS
 from core.drafting.step_drafter import DraftSettings
-
-
-class SpeculationUpdate(ClientRequest):
-    """Body of ``PUT /v1/speculation``: fields of ``settings`` not given keep their value."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    settings: dict[str, Any] = Field(
-        description="any of: enabled (bool), max_draft (1..64, capped by the engine's K), "
-        "min_token_prob ([0, 1]), adaptive (bool), probe_priority (>= 1)",
-        json_schema_extra={  # what settings_patch checks, for clients and fuzzers
-            "properties": {
-                "enabled": {"type": "boolean"},
-                "max_draft": {"type": "integer", "minimum": 1, "maximum": MAX_DRAFT_TOKENS},
-                "min_token_prob": {"type": "number", "minimum": 0, "maximum": 1},
-                "adaptive": {"type": "boolean"},
-                "probe_priority": {"type": "number", "minimum": 1},
-            },
-            "additionalProperties": False,
-        },
-    )
-    reason: str | None = Field(None, max_length=500, description="why (kept in the audit log)")
 
 
 def new_cancel_token() -> tuple[str, str]:

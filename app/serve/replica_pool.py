@@ -18,11 +18,9 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Protocol
 
-from pydantic import BaseModel
-
+from app.api import ReplicaHealth, ReplicaState
 from app.config import ServiceConfig
 from app.serve.metrics import ServiceMetrics
 from core.drafting.step_drafter import DraftSettings
@@ -63,29 +61,6 @@ class EngineLinks(Protocol):
         """Load ``path`` as ``version``; with ``digest``, refuse a checkpoint of another one
         (nothing loaded). Returns the digest of what was loaded."""
         ...
-
-
-class ReplicaState(StrEnum):
-    """STARTING -> HEALTHY <-> DOWN | STALE; any -> FAILED (kept out of rotation for good)."""
-
-    STARTING = "starting"  # has not answered a health probe yet
-    HEALTHY = "healthy"  # in rotation
-    DOWN = "down"  # lost a chunk or missed a probe; back in rotation once it answers again
-    STALE = "stale"  # answers, but runs other weights than the current version: out of
-    # rotation, loading them; back once it reports the current version
-    FAILED = "failed"  # lost chunks max_replica_failures times within failure_window_s
-
-
-class ReplicaHealth(BaseModel):
-    replica_id: str
-    node_id: str  # the Ray node it last reported from ('' until it answers)
-    gpu_ids: list[str]  # the GPUs it was given (empty on CPU)
-    state: ReplicaState
-    since: float
-    failures: int
-    error: str | None
-    load: EngineLoad | None
-    reserved_kv_tokens: int
 
 
 @dataclass

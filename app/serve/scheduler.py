@@ -18,7 +18,16 @@ from typing import Any, ParamSpec, TypeVar
 from pydantic import BaseModel
 from ray import serve
 
-from app.api import GroupResult, JobState, JobStatus
+from app.api import (
+    GroupResult,
+    JobState,
+    JobStatus,
+    ReplicaState,
+    ServiceHealth,
+    SpeculationState,
+    WeightsState,
+    WeightsUpdate,
+)
 from app.config import DEFAULT_POLICY, SchedulerUserConfig, ServiceConfig
 from app.engines.base import EngineDead
 from app.rollout import JobPlan
@@ -28,14 +37,10 @@ from app.serve.dispatcher import Dispatcher
 from app.serve.draft_server import DraftServerLink
 from app.serve.jobs import JobError, Refusal
 from app.serve.options import SINGLETON
-from app.serve.replica_pool import ReplicaHealth, ReplicaState, ReplicaUnavailable
-from app.serve.speculation import SpeculationState
-from app.serve.weights import WeightsState, WeightsUpdate
+from app.serve.replica_pool import ReplicaUnavailable
 from app.store.config import check_shared
-from app.store.writer import WriterStats
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
-from core.engine.types import LogprobsMode
 
 log = logging.getLogger("seer.scheduler")
 P = ParamSpec("P")
@@ -112,17 +117,6 @@ class ServeLinks:
         self, replica: int, path: str, version: int, digest: str | None
     ) -> str:
         return str(await self._call(replica, "update_weights", path, version, digest))
-
-
-class ServiceHealth(BaseModel):
-    status: str  # ok (every replica healthy) | degraded (some) | unavailable (none)
-    policy: str
-    logprobs_mode: LogprobsMode  # which logprobs every response carries (engine.logprobs_mode)
-    accepting: bool
-    open_jobs: int
-    scheduler_node_id: str  # the Ray node the scheduler runs on (app.serve.placement)
-    replicas: list[ReplicaHealth]
-    store: WriterStats | None = None  # the history store's writer (None: recording is off)
 
 
 class JobOutcome(BaseModel):

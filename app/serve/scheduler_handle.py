@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
-from app.api import GroupResult, JobStatus
+from app.api import (
+    GroupResult,
+    JobStatus,
+    ServiceHealth,
+    SpeculationState,
+    WeightsState,
+    WeightsUpdate,
+)
 from app.rollout import JobPlan
 from app.serve.jobs import JobError, Refusal
-from app.serve.scheduler import JobOutcome, ServiceHealth
-from app.serve.speculation import SpeculationState
-from app.serve.weights import WeightsState, WeightsUpdate
+from app.serve.scheduler import JobOutcome
 
 
 class SchedulerHandle:

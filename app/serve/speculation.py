@@ -22,8 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
-
+from app.api import ReplicaSpeculation, SpeculationState
 from core.drafting.step_drafter import DraftSettings
 from core.events import EventSink, SpeculationConfigChanged
 
@@ -47,21 +46,6 @@ class SharedDrafts(Protocol):
     async def release(self, group_ids: list[str]) -> int: ...
 
     async def reset(self) -> int: ...
-
-
-class ReplicaSpeculation(BaseModel):
-    replica_id: str
-    version: int = Field(description="settings version the replica runs (-1: unknown)")
-    error: str | None = Field(None, description="why the last change did not reach it")
-
-
-class SpeculationState(BaseModel):
-    settings: dict = Field(description="enabled, max_draft, min_token_prob, adaptive, ...")
-    version: int = Field(description="0 = the engine config's; +1 per accepted change")
-    updated_at: float | None = None
-    updated_by: str | None = None
-    reason: str | None = None
-    replicas: list[ReplicaSpeculation]
 
 
 class SpeculationControl:

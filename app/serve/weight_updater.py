@@ -1,7 +1,7 @@
 """Policy weight updates: drain the chunks in flight, load into every replica, verify, resume;
 and a replica found on other weights is brought onto the current ones before it rejoins.
 
-Invariants (``app.serve.weights`` states what they give a trainer):
+Invariants (``app.api.operator`` states what they give a trainer):
 - One update at a time, and ``weight_version`` only grows (409 otherwise).
 - No chunk runs during an update: dispatch is paused before the drain and resumed after it,
   whatever the outcome; a request holding tokens of the old version restarts from its prompt.
@@ -21,11 +21,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from app.api import ReplicaState, WeightsState, WeightsUpdate
 from app.config import ServiceConfig
 from app.serve.jobs import JobError
-from app.serve.replica_pool import EngineLinks, ReplicaPool, ReplicaState
+from app.serve.replica_pool import EngineLinks, ReplicaPool
 from app.serve.speculation import SpeculationControl
-from app.serve.weights import WeightsState, WeightsUpdate
 
 log = logging.getLogger("seer.dispatcher")
 

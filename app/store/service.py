@@ -12,9 +12,10 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from app.api import WriterStats
 from app.store.config import StoreConfig, redact
 from app.store.prior import StoreLengthPrior
-from app.store.writer import StoreWriter, WriterStats
+from app.store.writer import StoreWriter
 
 log = logging.getLogger("seer.store")
 

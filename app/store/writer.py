@@ -25,8 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
+from app.api import WriterStats
 from app.store.config import WriterConfig, check_url, redact
 from core.events import Event
 
@@ -34,21 +33,6 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 log = logging.getLogger("seer.store")
-
-
-class WriterStats(BaseModel):
-    """Counters of a ``StoreWriter`` (``accepted = written + rejected + pending``)."""
-
-    state: str  # starting | ok | retrying | closed
-    accepted: int  # events taken into the backlog
-    written: int  # events committed to the database
-    rejected: int  # events the database refused for good (bad data), logged
-    dropped: int  # events refused because the backlog was full
-    pending: int  # accepted, not yet written (backlog + the batch being written)
-    failed_writes: int  # write attempts that failed and were retried
-    last_error: str | None
-    last_error_at: float | None
-    last_write_at: float | None
 
 
 class _SchemaError(Exception):

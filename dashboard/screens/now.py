@@ -6,9 +6,9 @@ import time
 
 import streamlit as st
 
+from app.client import SeerHTTPError
 from app.store.views import JobView
 from dashboard import ui
-from dashboard.client import ServiceError
 from dashboard.config import DashboardConfig
 from dashboard.refresh import NowData, now_page
 from dashboard.views import now as v
@@ -71,8 +71,8 @@ def _service(cfg: DashboardConfig, job: JobView | None) -> None:
     st.dataframe(v.replica_rows(health), hide_index=True)
     if job is not None and job.state == "running":
         try:
-            status = client.job(job.job_id)
-        except ServiceError:  # a job of an earlier run of the service: the store knows it only
+            status = client.status(job.job_id)
+        except SeerHTTPError:  # a job of an earlier run of the service: the store knows it only
             return
         left = status.progress.estimated_remaining_s
         st.caption(

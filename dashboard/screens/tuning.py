@@ -19,7 +19,7 @@ def render() -> None:
     st.title("Tuning")
     cfg = ui.config()
     with ui.guard("Speculation settings"):
-        state = ui.client(cfg.service_url, cfg.http_timeout_s).speculation()
+        state = ui.client(cfg.service_url, cfg.http_timeout_s).get_speculation()
         _form(cfg, state.settings)
     ui.live(body, cfg)
 
@@ -61,7 +61,7 @@ def _form(cfg: DashboardConfig, current: dict[str, Any]) -> None:
     else:
         with ui.guard("Applying the change"):
             state = ui.client(cfg.service_url, cfg.http_timeout_s).set_speculation(
-                change, token, who, reason
+                change, token=token, operator=who, reason=reason or None
             )
             st.success(
                 f"Applied as version {state.version}: "
@@ -71,7 +71,7 @@ def _form(cfg: DashboardConfig, current: dict[str, Any]) -> None:
 
 def body(cfg: DashboardConfig) -> None:
     with ui.guard("Speculation settings"):
-        state = ui.client(cfg.service_url, cfg.http_timeout_s).speculation()
+        state = ui.client(cfg.service_url, cfg.http_timeout_s).get_speculation()
         st.subheader(f"Running: version {state.version}")
         if state.updated_by:
             st.caption(f"last changed by {state.updated_by}: {state.reason or 'no reason given'}")

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.api import ServiceHealth
 from app.store.views import FinishedRequest, GroupView, JobView, ReplicaLoad
 from core.sim.simulator import tail_time
-from dashboard.client import Health
 from dashboard.views.common import HEIGHT, REPLICA_COLORS, figure, note, when
 
 
@@ -196,7 +196,7 @@ def load_figure(samples: list[ReplicaLoad]) -> go.Figure:
     return fig
 
 
-def replica_rows(health: Health) -> list[dict[str, object]]:
+def replica_rows(health: ServiceHealth) -> list[dict[str, object]]:
     """One table row per replica from the service's ``/healthz``."""
     out: list[dict[str, object]] = []
     for r in health.replicas:
@@ -204,7 +204,7 @@ def replica_rows(health: Health) -> list[dict[str, object]]:
         out.append(
             {
                 "replica": r.replica_id,
-                "state": r.state,
+                "state": r.state.value,
                 "running": load.running if load else None,
                 "waiting": load.waiting if load else None,
                 "chunks in flight": load.chunks_in_flight if load else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.serve.speculation import SpeculationState
+from app.api import SpeculationState
 from app.store.views import ConfigVersion
 from dashboard.views.common import when
 

@@ -7,6 +7,7 @@ client loads no Ray, torch, vLLM or transformers.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -14,10 +15,23 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
-from app.api import GroupResult, JobAccepted, JobState, JobStatus
+from app.api import (
+    AbortResponse,
+    CompletionResponse,
+    FieldError,
+    GenerateOutput,
+    GenerateRequest,
+    GroupResult,
+    JobAccepted,
+    JobState,
+    JobStatus,
+    ModelList,
+    ServiceHealth,
+)
 from app.client import (
     AsyncSeerClient,
     JobFailedError,
@@ -81,6 +95,89 @@ def test_retry_policy_bounds_and_delays() -> None:
     assert RetryPolicy().delay(busy, 0, 0) is None  # off by default
 
 
+#: Answers of a mock service (no Ray): path -> (status, JSON body).
+_MOCK: dict[str, tuple[int, Any]] = {
+    "/v1/models": (200, {"data": [{"id": "m", "created": 1}]}),
+    "/v1/completions": (
+        200,
+        {"id": "c", "created": 1, "model": "m", "choices": [], "policy_version": 0,
+         "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1}},
+    ),
+    "/generate": (
+        200,
+        {"text": "a", "output_ids": [97], "meta_info": {
+            "id": "r", "finish_reason": {"type": "length", "length": 1}, "prompt_tokens": 1,
+            "completion_tokens": 1, "policy_version": 0, "logprobs_mode": "raw"}},
+    ),
+    "/abort_request": (200, {"aborted": ["r"]}),
+    "/update_weights_from_disk": (
+        409, {"success": False, "message": "version 1 must be above 1", "num_paused_requests": 0}
+    ),
+    "/healthz": (
+        503,
+        {"status": "unavailable", "policy": "p", "logprobs_mode": "raw", "accepting": True,
+         "open_jobs": 0, "scheduler_node_id": "n", "replicas": []},
+    ),
+    "/v1/weights": (
+        422, {"detail": [{"loc": ["body", "path"], "msg": "no", "type": "value_error"}]}
+    ),
+}  # fmt: skip
+
+
+def test_every_call_sends_its_request_model_and_returns_the_answer_s_model() -> None:
+    sent: list[tuple[str, str, Any, str | None]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        sent.append((request.method, request.url.path, body, request.headers.get("authorization")))
+        status, content = _MOCK[request.url.path]
+        return httpx.Response(status, json=content)
+
+    def calls(c: Any) -> list[Any]:  # the same calls, sync or awaited
+        return [
+            c.models(),
+            c.completions({"model": "m", "prompt": "a", "n": 2}),
+            c.generate(GenerateRequest(text="a", rid="r")),
+            c.abort_request("r"),
+            c.abort_request(abort_all=True),
+            c.health(),
+        ]
+
+    with SeerClient("http://mock", token="op", transport=httpx.MockTransport(answer)) as c:
+        got = calls(c)
+        with pytest.raises(SeerHTTPError) as sglang:
+            c.update_weights_from_disk("/ckpt", 1)
+        with pytest.raises(SeerHTTPError) as bad:
+            c.update_weights("/ckpt")
+
+    async def main() -> list[Any]:
+        transport = httpx.MockTransport(answer)
+        async with AsyncSeerClient("http://mock", token="op", transport=transport) as ac:
+            return [await call for call in calls(ac)]
+
+    assert asyncio.run(main()) == got  # the async client reads the same models
+    assert [type(x) for x in got] == [
+        ModelList, CompletionResponse, GenerateOutput, AbortResponse, AbortResponse, ServiceHealth
+    ]  # fmt: skip
+    assert got[-1].status == "unavailable"  # a 503 that still reports the replicas
+    assert sent[:6] == [
+        ("GET", "/v1/models", None, None),
+        ("POST", "/v1/completions", {"model": "m", "prompt": "a", "n": 2}, None),
+        ("POST", "/generate", {"text": "a", "rid": "r"}, None),
+        ("POST", "/abort_request", {"rid": "r"}, None),
+        ("POST", "/abort_request", {"abort_all": True}, "Bearer op"),  # an operator change
+        ("GET", "/healthz", None, None),
+    ]
+    assert sent[6] == (
+        "POST", "/update_weights_from_disk", {"model_path": "/ckpt", "weight_version": "1"},
+        "Bearer op",
+    )  # fmt: skip
+    assert sglang.value.status_code == 409 and sglang.value.detail["success"] is False
+    [field] = bad.value.field_errors
+    assert field == FieldError(loc=["body", "path"], msg="no", type="value_error")
+    assert sent[8:] == sent[:6]  # the async client sends the same requests
+
+
 @pytest.fixture(scope="module")
 def url(serve_port: int) -> Iterator[str]:
     yield deploy(serve_port, APP)
@@ -96,7 +193,7 @@ def client(url: str) -> Iterator[SeerClient]:
 def _until_open_jobs(client: SeerClient, n: int) -> None:
     """Until the service counts ``n`` open jobs (a cancel is applied within a call)."""
     deadline = time.monotonic() + 10
-    while client.health()["open_jobs"] != n:
+    while client.health().open_jobs != n:
         assert time.monotonic() < deadline, client.health()
         time.sleep(0.05)
 
@@ -224,7 +321,7 @@ def test_429_carries_retry_after_and_the_opt_in_retry_honours_it(
 
 def test_health_and_speculation(client: SeerClient, url: str) -> None:
     health = client.health()
-    assert health["status"] == "ok" and health["policy"] == "divided"
+    assert health.status == "ok" and health.policy == "divided"
     before = client.get_speculation()
     with SeerClient(url) as anonymous, pytest.raises(ValueError, match="token"):
         anonymous.set_speculation({"enabled": False})
@@ -239,10 +336,25 @@ def test_health_and_speculation(client: SeerClient, url: str) -> None:
     assert client.get_speculation().version == state.version
 
 
+def test_trainer_endpoints_return_their_models(client: SeerClient) -> None:
+    [card] = client.models().data
+    out = client.completions({"model": "any", "prompt": [[70, 71]], "n": 2, "max_tokens": 8})
+    assert isinstance(out, CompletionResponse) and out.model == card.id and len(out.choices) == 2
+    one = client.generate({"input_ids": [70], "sampling_params": {"max_new_tokens": 8}})
+    assert isinstance(one, GenerateOutput)
+    assert one.meta_info.completion_tokens == len(one.output_ids)
+    many = client.generate(GenerateRequest(input_ids=[[70], [71]], return_logprob=True))
+    assert isinstance(many, list) and len(many) == 2
+    assert all(len(o.meta_info.output_token_logprobs or []) == len(o.output_ids) for o in many)
+    assert client.abort_request("nope") == AbortResponse(aborted=[])
+    with pytest.raises(ValidationError, match="rid"):  # the request model, before sending
+        client.generate({"text": "a", "rid": "has space"})
+
+
 def test_async_client_has_the_same_methods(client: SeerClient, url: str) -> None:
     async def main() -> None:
         async with AsyncSeerClient(url, timeout=60) as ac:
-            assert (await ac.health())["status"] == "ok"
+            assert (await ac.health()).status == "ok"
             assert (await ac.get_speculation()).version == client.get_speculation().version
             result = await ac.rollout(["a", [70, 71]], 2, 12, prompt_ids=["p", "q"])
             assert [g.prompt_id for g in result.groups] == ["p", "q"]

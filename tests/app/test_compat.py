@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from app.api import GroupResult, Response
-from app.compat.openai import CompletionRequest, completion_response
-from app.compat.sglang import AbortRequest, GenerateRequest, generate_response
+from app.api import (
+    AbortRequest,
+    CompletionRequest,
+    GenerateAnswer,
+    GenerateRequest,
+    GroupResult,
+    Response,
+)
+from app.compat.openai import completion_response
+from app.compat.sglang import generate_response
 from app.compat.stop import cut_at_stop, cut_at_stop_token
 
 
@@ -128,6 +135,11 @@ def test_sglang_request_and_response_shapes() -> None:
     kinds = [m["meta_info"]["finish_reason"]["type"] for m in many]
     assert kinds == ["abort", "length", "stop", "stop"]
     assert [m["meta_info"]["id"] for m in many] == ["j-0-0", "j-0-1", "j-1-0", "j-1-1"]
+    answer: TypeAdapter[GenerateAnswer] = TypeAdapter(GenerateAnswer)  # the client reads it so
+    for wire in (single, many):
+        parsed = answer.validate_python(wire)
+        assert answer.dump_python(parsed, mode="json", exclude_unset=True) == wire
+    assert "output_token_logprobs" not in many[0]["meta_info"]  # no return_logprob: absent
     with pytest.raises(ValidationError, match="exactly one of input_ids and text"):
         GenerateRequest.model_validate({"sampling_params": {}})
     with pytest.raises(ValidationError, match="rid"):

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import ray._raylet
 
-from app.api import JobState, RolloutRequest
+from app.api import JobState, ReplicaState, RolloutRequest
 from app.config import SERVICE_POLICIES, ServiceConfig, ServiceLimits
 from app.engines.config import EngineConfig
 from app.engines.fake import FakeEngine
 from app.rollout import JobPlan, expand
 from app.serve.dispatcher import Dispatcher
 from app.serve.jobs import JobError
-from app.serve.replica_pool import ReplicaState, ReplicaUnavailable
+from app.serve.replica_pool import ReplicaUnavailable
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 from core.events import CollectingSink, EventSink, SpeculationConfigChanged

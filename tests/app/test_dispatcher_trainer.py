@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.api import JobState
+from app.api import JobState, ReplicaState
 from app.serve.dispatcher import Dispatcher
 from app.serve.jobs import JobError
-from app.serve.replica_pool import ReplicaState
 from core.events import CollectingSink, JobStarted, RequestFinished
 from tests.app.test_dispatcher import FakeDrafts, FakeLinks, _config, _plan, _with
 

@@ -8,13 +8,9 @@ from typing import Any
 import pytest
 from fastapi import HTTPException
 
+from app.api import SpeculationUpdate
 from app.env import OPERATOR_TOKEN_ENV
-from app.serve.operator import (
-    SpeculationUpdate,
-    authorize,
-    configured_token,
-    settings_patch,
-)
+from app.serve.operator import authorize, configured_token, settings_patch
 from core.drafting.step_drafter import DraftSettings
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from app.api import ReplicaState
 from app.serve.metrics import ServiceMetrics
-from app.serve.replica_pool import ReplicaPool, ReplicaState
+from app.serve.replica_pool import ReplicaPool
 from tests.app.test_dispatcher import FakeLinks, _config
 
 

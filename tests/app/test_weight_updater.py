@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from app.api import ReplicaState
 from app.serve.detached import detached
 from app.serve.jobs import JobError
 from app.serve.metrics import ServiceMetrics
-from app.serve.replica_pool import ReplicaPool, ReplicaState
+from app.serve.replica_pool import ReplicaPool
 from app.serve.speculation import SpeculationControl
 from app.serve.weight_updater import WeightUpdater
 from app.weights_digest import checkpoint_digest

@@ -17,8 +17,16 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Header
 
-from app.serve.operator import SpeculationUpdate, authorize, settings_patch
-from app.serve.speculation import ReplicaSpeculation, SpeculationState
+from app.api import (
+    EngineLoad,
+    ReplicaHealth,
+    ReplicaSpeculation,
+    ReplicaState,
+    ServiceHealth,
+    SpeculationState,
+    SpeculationUpdate,
+)
+from app.serve.operator import authorize, settings_patch
 from core.drafting.step_drafter import DraftSettings
 from dashboard.refresh_bench import fill
 from dashboard.synthetic import Shape
@@ -53,15 +61,28 @@ class FakeService:
         api = FastAPI()
 
         @api.get("/healthz")
-        def healthz() -> dict[str, Any]:
-            load = {"replica_id": "replica-0", "running": 3, "waiting": 1, "kv_usage": 0.5}
-            return {
-                "status": "ok",
-                "policy": "seer",
-                "accepting": True,
-                "open_jobs": 1,
-                "replicas": [{"replica_id": "replica-0", "state": "healthy", "load": load}],
-            }
+        def healthz() -> ServiceHealth:
+            load = EngineLoad(replica_id="replica-0", running=3, waiting=1, kv_usage=0.5)
+            replica = ReplicaHealth(
+                replica_id="replica-0",
+                node_id="node-0",
+                gpu_ids=[],
+                state=ReplicaState.HEALTHY,
+                since=time.time(),
+                failures=0,
+                error=None,
+                load=load,
+                reserved_kv_tokens=0,
+            )
+            return ServiceHealth(
+                status="ok",
+                policy="seer",
+                logprobs_mode="raw",
+                accepting=True,
+                open_jobs=1,
+                scheduler_node_id="node-0",
+                replicas=[replica],
+            )
 
         @api.get("/v1/speculation")
         def get_spec() -> SpeculationState:

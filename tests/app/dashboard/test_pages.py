@@ -53,6 +53,7 @@ def test_now_shows_the_running_job(monkeypatch, filled_url: str, fake_service: F
     assert len(at.get("plotly_chart")) == 4  # finished, groups, load, timeline
     assert "Service " + fake_service.url in texts(at.caption) and "**ok**" in texts(at.caption)
     assert at.dataframe[0].value["replica"].tolist() == ["replica-0"]
+    assert at.dataframe[0].value["state"].tolist() == ["healthy"]
 
 
 def test_speculation_page(monkeypatch, filled_url: str, down_url: str) -> None:
@@ -157,3 +158,15 @@ def test_a_bad_argument_is_a_message(monkeypatch, empty_url: str) -> None:
     at = run(monkeypatch, "now", empty_url, "localhost:8000")
     assert not at.exception
     assert "must start with http" in texts(at.error)
+
+
+def test_an_error_answer_is_told_in_words() -> None:
+    from app.client import SeerHTTPError
+    from dashboard.ui import refusal
+
+    field = {"loc": ["body", "settings", "max_draft"], "msg": "must be int", "type": "value_error"}
+    bad = SeerHTTPError("PUT", "u", 422, [field], None)
+    assert refusal(bad) == "HTTP 422: max_draft: must be int"
+    assert refusal(SeerHTTPError("PUT", "u", 403, "wrong operator token", None)) == (
+        "HTTP 403: wrong operator token"
+    )

@@ -1,75 +1,17 @@
-"""HTTP schema of the rollout API (pydantic).
-
-Every request model is strict: unknown fields, strings for numbers, booleans for ids and
-NaN/Infinity are rejected with 422 naming the field (never coerced, never a 500).
+"""The native job API: ``POST /v1/rollouts``, ``GET``/``DELETE /v1/rollouts/{id}`` and the
+NDJSON stream of ``GET /v1/rollouts/{id}/groups``.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from app.api.base import STRICT, ClientRequest, PromptIds, PromptText
 from core.engine import SamplingParams
 from core.engine.types import LogprobsMode
-
-#: Strictness shared by every model that a client sends.
-STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-#: Token ids of a prompt: non-negative ints (booleans are not ids).
-TokenIds = list[int]
-#: A prompt of a request: text or token ids, not empty (the ingress's 422 "prompt is empty",
-#: said in the schema too).
-PromptText = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1})]
-PromptIds = Annotated[
-    TokenIds, WithJsonSchema({"type": "array", "items": {"type": "integer"}, "minItems": 1})
-]
-
-
-def lone_surrogate(value: Any, path: str = "") -> str | None:
-    """Where in ``value`` (decoded JSON) the first string that is not Unicode text is, e.g.
-    ``prompts[0]`` or ``user``; None when every string (keys too) is. JSON's ``\\u`` escapes can
-    carry half a UTF-16 surrogate pair (``"\\ud800"``), which no tokenizer, encoder or database
-    takes."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "body"
-        return None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            here = f"{path}.{k}" if path else str(k)
-            if not isinstance(k, str) or lone_surrogate(k) is None:
-                found = lone_surrogate(v, here)
-            else:
-                found = f"{path or 'body'} (a key)"
-            if found:
-                return found
-        return None
-    if isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            found = lone_surrogate(v, f"{path}[{i}]")
-            if found:
-                return found
-    return None
-
-
-class ClientRequest(BaseModel):
-    """Base of every body a client sends: its text must be Unicode (422 naming the field, not a
-    500 from the tokenizer or the encoder of the answer)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _unicode_text(cls, data: Any) -> Any:
-        where = lone_surrogate(data)
-        if where is not None:
-            raise ValueError(
-                f"{where} is not valid Unicode text: it holds a lone UTF-16 surrogate (a \\uD800-"
-                "\\uDFFF escape without its pair)"
-            )
-        return data
 
 
 class RolloutRequest(ClientRequest):
