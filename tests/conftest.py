@@ -81,7 +81,9 @@ def vllm_engine(tiny_model: Path, loop_thread: LoopThread) -> Iterator[Any]:
             max_model_len=1024,
             kv_cache_gib=1,
             max_num_seqs=64,
-            speculation={"method": "grouped"},  # tests/app/test_speculation_vllm.py drafts on it
+            speculation={
+                "method": "grouped"
+            },  # tests/app/engines/test_speculation_vllm.py drafts on it
         )
     )
     loop_thread.run(engine.start(), timeout=600)

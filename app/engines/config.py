@@ -11,7 +11,7 @@ from core.drafting.step_drafter import DraftSettings
 from core.engine.types import LogprobsMode
 
 #: Table 3 presets of ``core.sim.workload.PRESETS`` (listed here so configs validate without
-#: importing numpy; tests/app/test_sim_engine.py checks the two lists agree).
+#: importing numpy; tests/app/engines/test_sim_engine.py checks the two lists agree).
 SIM_PRESETS = ("moonlight", "qwen2-vl", "kimi-k2")
 
 

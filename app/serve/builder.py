@@ -25,8 +25,8 @@ def _versioned(deployment: Any, *parts: object) -> Any:
     change, so that ``serve.run`` again with only another ``policy`` reconfigures the scheduler
     instead of restarting every replica (Python-API deploys otherwise get a random version each
     time; config-file deploys hash the import path). ``Deployment.options(version=)`` is gone
-    from Ray 2.60, so the attribute Serve reads is set (tests/app/test_service.py checks that a
-    policy change restarts nothing)."""
+    from Ray 2.60, so the attribute Serve reads is set (tests/app/serve/test_service.py checks
+    that a policy change restarts nothing)."""
     text = "|".join(p.model_dump_json() if isinstance(p, BaseModel) else repr(p) for p in parts)
     deployment._version = hashlib.sha256(text.encode()).hexdigest()[:16]
     return deployment

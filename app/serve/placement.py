@@ -16,7 +16,7 @@ Placement rule (docs/cluster.md):
 - A CPU replica (the default) asks for ``replica_num_cpus`` only, as before.
 - Each engine replica is its own deployment, placed independently: Serve schedules a replica
   with Ray's SPREAD strategy and a replica's placement group where Ray has room, which spreads
-  replicas over the nodes (tests/app/test_cluster.py measures it).
+  replicas over the nodes (tests/app/serve/test_cluster.py measures it).
 - The control deployments (ingress, scheduler, draft server) ask for ``control_resources``
   besides their quarter CPU: ``{"node:__internal_head__": 0.001}`` keeps them on the head, a
   custom resource on the CPU node started with it.

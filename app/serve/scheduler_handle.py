@@ -2,7 +2,7 @@
 
 Serve's handles are untyped (``handle.submit.remote(plan)`` takes any name and any arguments,
 and answers ``Any``). Here each call is named once, with its arguments and answer, so mypy
-checks every caller; ``tests/app/test_scheduler_handle.py`` checks that the deployment answers
+checks every caller; ``tests/app/serve/test_scheduler_handle.py`` checks that the deployment answers
 each call under the same name and parameters. A refusal (the deployment's ``Refusal`` value,
 or a ``JobError`` it raised) comes back raised as ``JobError``.
 """

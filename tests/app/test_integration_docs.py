@@ -1,5 +1,5 @@
 """Every request shape docs/integration.md shows is sent verbatim to the service (fake engine
-replicas, the app config of tests/app/test_service.py) and answers 200 with the documented
+replicas, the app config of tests/app/serve/test_service.py) and answers 200 with the documented
 fields: the integration guide cannot drift from what the service accepts."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.test_service import APP
+from tests.app.serve.fakes import FAKE_APP as APP
 from tests.conftest import deploy, undeploy
 
 pytestmark = pytest.mark.serve

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.app.dashboard.conftest import SMALL, FakeService
+from tests.dashboard.conftest import SMALL, FakeService
 
 PAGES = ("now", "speculation", "history", "tuning")
 
@@ -149,7 +149,7 @@ def test_app_navigation_opens_on_now(monkeypatch, empty_url: str, down_url: str)
     monkeypatch.setattr(
         sys, "argv", ["app.py", "--database-url", empty_url, "--service-url", down_url]
     )
-    at = AppTest.from_file("../../../dashboard/streamlit_app.py", default_timeout=60).run()
+    at = AppTest.from_file("../../dashboard/streamlit_app.py", default_timeout=60).run()
     _clean(at)
     assert texts(at.title) == "Now"
 

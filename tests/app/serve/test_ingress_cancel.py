@@ -15,7 +15,7 @@ from app.config import ServiceConfig
 from app.serve.detached import Background
 from app.serve.jobs import JobError
 from app.serve.scheduler_handle import SchedulerHandle
-from tests.app.bare_ingress import bare_ingress
+from tests.app.serve.bare_ingress import bare_ingress
 
 
 class Method:

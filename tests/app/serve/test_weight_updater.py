@@ -20,8 +20,7 @@ from app.serve.speculation import SpeculationControl
 from app.serve.weight_updater import WeightUpdater
 from app.weights_digest import checkpoint_digest
 from core.drafting.step_drafter import DraftSettings
-from tests.app.test_dispatcher import FakeDrafts, FakeLinks, _config
-from tests.app.test_replica_pool import Listener
+from tests.app.serve.fakes import FakeDrafts, FakeLinks, RecordingListener, service_config
 
 
 class Control:
@@ -62,8 +61,8 @@ async def _updater(
     links = FakeLinks(n=n)
     links.misreads = misreads or set()
     await links.start()
-    config = _config()
-    pool = ReplicaPool(links, config, ServiceMetrics(), Listener())
+    config = service_config()
+    pool = ReplicaPool(links, config, ServiceMetrics(), RecordingListener())
     for i in range(n):
         pool.set_state(i, ReplicaState.HEALTHY)
     drafts = FakeDrafts()

@@ -1,164 +1,35 @@
 """The long-lived dispatcher driving one core Scheduler for every job (fake engines: fast).
 
-The same dispatcher runs inside the SeerScheduler deployment; tests/app/test_service*.py drive it
-over real HTTP with real replicas.
+The same dispatcher runs inside the SeerScheduler deployment; tests/app/serve/test_service.py
+drives it over real HTTP with real replicas. The fakes are shared: tests/app/serve/fakes.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import ray._raylet
 
-from app.api import JobState, ReplicaState, RolloutRequest
+from app.api import JobState, ReplicaState
 from app.config import SERVICE_POLICIES, ServiceConfig, ServiceLimits
 from app.engines.config import EngineConfig
 from app.engines.fake import FakeEngine
-from app.rollout import JobPlan, expand
+from app.rollout import JobPlan
 from app.serve.dispatcher import Dispatcher
 from app.serve.jobs import JobError
-from app.serve.replica_pool import ReplicaUnavailable
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
-from core.events import CollectingSink, EventSink, SpeculationConfigChanged
-
-MAX_TOKENS = 120
-
-
-class FakeLinks:
-    """Fake engines behind the EngineLinks protocol; records every chunk and the reserved KV
-    of chunks running at once on each replica; ``fail`` decides which calls die."""
-
-    def __init__(self, n: int = 2, step_s: float = 0.0, max_num_seqs: int = 64) -> None:
-        cfg = EngineConfig(backend="fake", max_model_len=512, max_num_seqs=max_num_seqs)
-        self.engines = [FakeEngine(cfg, f"replica-{i}") for i in range(n)]
-        for e in self.engines:
-            e.step_s = step_s
-        self.replica_ids = [e.replica_id for e in self.engines]
-        self.used: list[tuple[int, str, int]] = []  # (replica, request, generated)
-        self.context = [0] * n  # prompt + generated + budget of chunks running now
-        self.peak = [0] * n
-        self.running = [0] * n
-        self.peak_running = [0] * n
-        self.aborts: list[str] = []
-        self.abort_parents: list[object] = []
-        self.fail: Callable[[int, ChunkRequest], bool] = lambda i, c: False
-        self.down: set[int] = set()
-        self.gone: set[int] = set()  # calls wait forever, as in Serve's router for a dead node
-        self.released: list[list[str]] = [[] for _ in range(n)]
-        self.weight_loads: list[tuple[int, str, str | None]] = []  # (replica, path, digest)
-        self.misreads: set[int] = set()  # replicas that load other bytes than the rest
-
-    async def start(self) -> None:
-        for e in self.engines:
-            await e.start()
-
-    async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
-        self.used.append((replica, chunk.request_id, len(chunk.generated_token_ids)))
-        if replica in self.gone:
-            await asyncio.Event().wait()
-        if replica in self.down or self.fail(replica, chunk):
-            await asyncio.sleep(0.001)
-            raise ReplicaUnavailable(f"replica-{replica} died")
-        need = len(chunk.prompt_token_ids) + len(chunk.generated_token_ids) + chunk.chunk_budget
-        self.context[replica] += need
-        self.peak[replica] = max(self.peak[replica], self.context[replica])
-        self.running[replica] += 1
-        self.peak_running[replica] = max(self.peak_running[replica], self.running[replica])
-        try:
-            return await self.engines[replica].run_chunk(chunk)
-        finally:
-            self.context[replica] -= need
-            self.running[replica] -= 1
-
-    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
-        self.aborts.append(request_id)
-        self.abort_parents.append(ray._raylet.async_task_id.get())  # see app.serve.detached
-        return await self.engines[replica].abort(request_id)
-
-    async def load(self, replica: int) -> EngineLoad:
-        if replica in self.gone:
-            await asyncio.Event().wait()
-        if replica in self.down:
-            raise ReplicaUnavailable(f"replica-{replica} is restarting")
-        return self.engines[replica].load()
-
-    async def configure_speculation(self, replica: int, settings: DraftSettings) -> DraftSettings:
-        if replica in self.down:
-            raise ReplicaUnavailable(f"replica-{replica} is restarting")
-        return await self.engines[replica].configure_speculation(settings)
-
-    async def release_groups(self, replica: int, group_ids: list[str]) -> int:
-        self.released[replica] += group_ids
-        return await self.engines[replica].release_groups(group_ids)
-
-    async def update_weights(
-        self, replica: int, path: str, version: int, digest: str | None
-    ) -> str:
-        if replica in self.down:
-            raise ReplicaUnavailable(f"replica-{replica} is restarting")
-        self.weight_loads.append((replica, path, digest))
-        if replica in self.misreads:  # this replica's storage shows it other files
-            return "0" * 64
-        return await self.engines[replica].update_weights(path, version, digest)
-
-
-def _config(**kw: Any) -> ServiceConfig:
-    base: dict[str, Any] = {
-        "chunk_tokens": 16,
-        "health_period_s": 0.05,
-        "engine": {"backend": "fake", "max_model_len": 512, "max_num_seqs": 64},
-    }
-    base.update(kw)
-    return ServiceConfig.model_validate(base)
-
-
-def _plan(
-    job: str, prompts: int = 3, g: int = 4, max_tokens: int = MAX_TOKENS, **kw: Any
-) -> JobPlan:
-    req = RolloutRequest.model_validate(
-        {"prompts": ["x"] * prompts, "group_size": g, "max_tokens": max_tokens, **kw}
-    )
-    return expand(job, req, [[40 + i, 41, 42, 43] for i in range(prompts)])
-
-
-class FakeDrafts:
-    """The draft server as the dispatcher sees it: releases and resets, recorded."""
-
-    def __init__(self) -> None:
-        self.released: list[str] = []
-        self.resets = 0
-
-    async def release(self, group_ids: list[str]) -> int:
-        self.released += group_ids
-        return len(group_ids)
-
-    async def reset(self) -> int:
-        self.resets += 1
-        return 0
-
-
-async def _with(
-    links: FakeLinks,
-    config: ServiceConfig,
-    policy: str,
-    body: Callable[[Dispatcher], Awaitable[None]],
-    sink: EventSink | None = None,
-    drafts: FakeDrafts | None = None,
-) -> Dispatcher:
-    await links.start()
-    d = Dispatcher(links, config, config.resolve_policy(policy), sink=sink, drafts=drafts)
-    d.start()
-    await d.probe_all()  # replicas join before the first job
-    try:
-        await asyncio.wait_for(body(d), 30)
-    finally:
-        await d.close()
-    return d
+from core.events import CollectingSink, SpeculationConfigChanged
+from tests.app.serve.fakes import (
+    FakeDrafts,
+    FakeLinks,
+    job_plan,
+    run_dispatcher,
+    service_config,
+)
 
 
 def _reference(links: FakeLinks, plan: JobPlan) -> dict[str, list[int]]:
@@ -191,7 +62,7 @@ def _whole(rid: str, run: Any) -> ChunkRequest:
 @pytest.mark.parametrize("policy", SERVICE_POLICIES)
 def test_every_policy_finishes_every_request_like_one_whole_run(policy: str) -> None:
     links = FakeLinks()
-    plan = _plan("job1", sampling={"seed": 5})
+    plan = job_plan("job1", sampling={"seed": 5})
     expected = _reference(links, plan)
 
     async def body(d: Dispatcher) -> None:
@@ -211,7 +82,7 @@ def test_every_policy_finishes_every_request_like_one_whole_run(policy: str) -> 
                     assert r.chunks == -(-r.length // 16)
         assert d.scheduler.num_groups == 0  # finished groups were released
 
-    asyncio.run(_with(links, _config(), policy, body))
+    asyncio.run(run_dispatcher(links, service_config(), policy, body))
     if policy != "verl":  # chunks are routed by load: both replicas serve
         assert {r for r, _, _ in links.used} == {0, 1}
 
@@ -222,11 +93,11 @@ def test_concurrent_jobs_share_one_admission_and_never_oversubscribe() -> None:
 
     async def body(d: Dispatcher) -> None:
         for k in range(8):
-            d.submit(_plan(f"j{k}", prompts=2, g=4, max_tokens=200))
+            d.submit(job_plan(f"j{k}", prompts=2, g=4, max_tokens=200))
         for k in range(8):
             assert (await d.wait(f"j{k}")).state is JobState.DONE
 
-    asyncio.run(_with(links, _config(), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
     assert max(links.peak) <= cap
     assert links.peak_running == [8, 8]  # every slot used, never one more (8 jobs x 8 requests)
 
@@ -236,17 +107,17 @@ def test_verl_round_robin_continues_across_jobs() -> None:
 
     async def body(d: Dispatcher) -> None:
         for k in range(4):
-            d.submit(_plan(f"j{k}", prompts=1, g=1, max_tokens=4))
+            d.submit(job_plan(f"j{k}", prompts=1, g=1, max_tokens=4))
         for k in range(4):
             await d.wait(f"j{k}")
 
-    asyncio.run(_with(links, _config(), "verl", body))
+    asyncio.run(run_dispatcher(links, service_config(), "verl", body))
     assert sorted(r for r, _, _ in links.used) == [0, 0, 1, 1]
 
 
 def test_a_dead_replica_s_chunks_continue_elsewhere_and_finish_exactly_once() -> None:
     links = FakeLinks(step_s=0.0002)
-    plan = _plan("j", prompts=4, g=4, sampling={"seed": 1})
+    plan = job_plan("j", prompts=4, g=4, sampling={"seed": 1})
     expected = _reference(links, plan)
     calls = {"n": 0}
 
@@ -277,7 +148,7 @@ def test_a_dead_replica_s_chunks_continue_elsewhere_and_finish_exactly_once() ->
         await d.probe_all()
         assert d.replicas[dead].state is ReplicaState.HEALTHY
 
-    asyncio.run(_with(links, _config(), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
 
 
 def test_chunks_waiting_on_a_replica_that_became_unreachable_are_reclaimed() -> None:
@@ -285,7 +156,7 @@ def test_chunks_waiting_on_a_replica_that_became_unreachable_are_reclaimed() -> 
     for a replica that never comes back). Once its bounded probe fails, its chunks still out
     are reclaimed and continue elsewhere: the job finishes, every response exactly once."""
     links = FakeLinks(step_s=0.002)
-    plan = _plan("j", prompts=4, g=4, sampling={"seed": 3})
+    plan = job_plan("j", prompts=4, g=4, sampling={"seed": 3})
     expected = _reference(links, plan)
 
     async def body(d: Dispatcher) -> None:
@@ -303,7 +174,7 @@ def test_chunks_waiting_on_a_replica_that_became_unreachable_are_reclaimed() -> 
         assert "unreachable" not in (d.replicas[1].error or "")  # the probe's own reason
         assert "health probe failed" in (d.replicas[1].error or "")
 
-    asyncio.run(_with(links, _config(replica_call_timeout_s=0.2), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(replica_call_timeout_s=0.2), "divided", body))
 
 
 def test_a_replica_that_keeps_failing_leaves_rotation_for_good() -> None:
@@ -314,7 +185,7 @@ def test_a_replica_that_keeps_failing_leaves_rotation_for_good() -> None:
         for k in range(3):  # it answers probes, rejoins, and loses the next job's chunks again
             await d.probe_all()
             assert d.replicas[1].state is ReplicaState.HEALTHY
-            d.submit(_plan(f"j{k}", prompts=6, g=4))
+            d.submit(job_plan(f"j{k}", prompts=6, g=4))
             job = await d.wait(f"j{k}")
             assert job.state is JobState.DONE, job.error
         health = {h.replica_id: h for h in d.health()}
@@ -324,7 +195,7 @@ def test_a_replica_that_keeps_failing_leaves_rotation_for_good() -> None:
         await d.probe_all()  # answering probes does not bring a failed replica back
         assert d.replicas[1].state is ReplicaState.FAILED
 
-    asyncio.run(_with(links, _config(max_replica_failures=3), "context", body))
+    asyncio.run(run_dispatcher(links, service_config(max_replica_failures=3), "context", body))
 
 
 def test_a_probe_answering_after_the_replica_failed_for_good_does_not_revive_it() -> None:
@@ -345,7 +216,7 @@ def test_a_probe_answering_after_the_replica_failed_for_good_does_not_revive_it(
         links.load = held  # type: ignore[method-assign]
         probe = asyncio.ensure_future(d.probe(1))
         await asyncio.sleep(0.01)
-        d.submit(_plan("j", prompts=6, g=4))
+        d.submit(job_plan("j", prompts=6, g=4))
         job = await d.wait("j")
         assert job.state is JobState.DONE, job.error
         assert d.replicas[1].state is ReplicaState.FAILED
@@ -354,14 +225,14 @@ def test_a_probe_answering_after_the_replica_failed_for_good_does_not_revive_it(
         await asyncio.sleep(0.2)  # the background probes answer too
         assert d.replicas[1].state is ReplicaState.FAILED
 
-    asyncio.run(_with(links, _config(max_replica_failures=1), "context", body))
+    asyncio.run(run_dispatcher(links, service_config(max_replica_failures=1), "context", body))
 
 
 def test_cancel_aborts_running_chunks_and_frees_capacity_for_others() -> None:
     links = FakeLinks(step_s=0.002)
 
     async def body(d: Dispatcher) -> None:
-        d.submit(_plan("big", prompts=4, g=8, max_tokens=400))
+        d.submit(job_plan("big", prompts=4, g=8, max_tokens=400))
         await asyncio.sleep(0.05)
         assert d.scheduler.num_running > 0
         # cancelled while serving a request (Ray names it in this context var): the aborts must
@@ -369,7 +240,7 @@ def test_cancel_aborts_running_chunks_and_frees_capacity_for_others() -> None:
         ray._raylet.async_task_id.set("the cancel request's task")
         status = d.cancel("big")
         assert status.state is JobState.CANCELLED
-        d.submit(_plan("small", prompts=1, g=2, max_tokens=8))
+        d.submit(job_plan("small", prompts=1, g=2, max_tokens=8))
         assert (await d.wait("small")).state is JobState.DONE
         assert links.aborts  # running chunks were aborted on their replicas
         assert set(links.abort_parents) == {None}
@@ -378,14 +249,14 @@ def test_cancel_aborts_running_chunks_and_frees_capacity_for_others() -> None:
         assert d.scheduler.num_groups == 0 and d.scheduler.num_running == 0
         assert d.cancel("big").state is JobState.CANCELLED  # idempotent
 
-    asyncio.run(_with(links, _config(), "context", body))
+    asyncio.run(run_dispatcher(links, service_config(), "context", body))
 
 
 def test_stream_yields_every_group_once_in_completion_order() -> None:
     links = FakeLinks(step_s=0.0002)
 
     async def body(d: Dispatcher) -> None:
-        d.submit(_plan("j", prompts=5, g=2))
+        d.submit(job_plan("j", prompts=5, g=2))
         seen = [g.group_id async for g in d.stream("j")]
         assert sorted(seen) == sorted(f"j-g{i}" for i in range(5))
         assert seen == [g.group_id for g in d.get("j").results]
@@ -393,7 +264,7 @@ def test_stream_yields_every_group_once_in_completion_order() -> None:
         late = [g.group_id async for g in d.stream("j")]  # a late reader gets them all too
         assert late == seen
 
-    asyncio.run(_with(links, _config(), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
 
 
 def test_limits_answer_429_or_422_and_draining_503() -> None:
@@ -401,52 +272,52 @@ def test_limits_answer_429_or_422_and_draining_503() -> None:
     limits = ServiceLimits(max_open_jobs=2, max_job_requests=10, retry_after_s=7)
 
     async def body(d: Dispatcher) -> None:
-        d.submit(_plan("a", prompts=1, g=2))
-        d.submit(_plan("b", prompts=1, g=2))
+        d.submit(job_plan("a", prompts=1, g=2))
+        d.submit(job_plan("b", prompts=1, g=2))
         with pytest.raises(JobError) as e:
-            d.submit(_plan("c", prompts=1, g=2))
+            d.submit(job_plan("c", prompts=1, g=2))
         assert e.value.status == 429 and e.value.retry_after_s == 7
         assert "max_open_jobs=2" in e.value.message
         with pytest.raises(JobError) as e:
-            d.submit(_plan("d", prompts=3, g=4))
+            d.submit(job_plan("d", prompts=3, g=4))
         assert e.value.status == 422 and "max_job_requests=10" in e.value.message
         with pytest.raises(JobError) as e:
-            d.submit(_plan("e", prompts=1, g=1, max_tokens=40_000))
+            d.submit(job_plan("e", prompts=1, g=1, max_tokens=40_000))
         assert e.value.status == 422 and "KV tokens" in e.value.message
         with pytest.raises(JobError) as e:
             d.get("nope")
         assert e.value.status == 404
         d.cancel("a")
-        d.submit(_plan("c", prompts=1, g=2))  # room again
+        d.submit(job_plan("c", prompts=1, g=2))  # room again
         assert await d.drain(0.0) == 2  # b and c cancelled
         with pytest.raises(JobError) as e:
-            d.submit(_plan("f", prompts=1, g=1))
+            d.submit(job_plan("f", prompts=1, g=1))
         assert e.value.status == 503
 
-    asyncio.run(_with(links, _config(limits=limits), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(limits=limits), "divided", body))
 
 
 def test_policy_switch_waits_for_running_jobs_then_applies() -> None:
     links = FakeLinks(step_s=0.001)
 
     async def body(d: Dispatcher) -> None:
-        d.submit(_plan("a", prompts=2, g=2, max_tokens=40))
+        d.submit(job_plan("a", prompts=2, g=2, max_tokens=40))
         await asyncio.sleep(0.005)
         d.set_policy(d.config.resolve_policy("context"))
         assert d.policy == "context" and d.plan.name == "divided"  # pending while a runs
-        d.submit(_plan("b", prompts=1, g=2, max_tokens=8))
+        d.submit(job_plan("b", prompts=1, g=2, max_tokens=8))
         assert (await d.wait("a")).policy == "divided"
         assert (await d.wait("b")).policy == "context"
         assert d.plan.name == "context"
 
-    asyncio.run(_with(links, _config(), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
 
 
 def test_job_past_request_timeout_is_cancelled_and_expires_after_ttl() -> None:
     links = FakeLinks(step_s=0.01)
 
     async def body(d: Dispatcher) -> None:
-        d.submit(_plan("slow", prompts=2, g=2, max_tokens=400))
+        d.submit(job_plan("slow", prompts=2, g=2, max_tokens=400))
         job = await d.wait("slow")
         assert job.state is JobState.CANCELLED and "request_timeout_s" in (job.error or "")
         assert d.get("slow") is job  # readable for job_ttl_s after it ended
@@ -459,7 +330,9 @@ def test_job_past_request_timeout_is_cancelled_and_expires_after_ttl() -> None:
         with pytest.raises(JobError):
             d.get("slow")
 
-    asyncio.run(_with(links, _config(request_timeout_s=0.3, job_ttl_s=0.5), "divided", body))
+    asyncio.run(
+        run_dispatcher(links, service_config(request_timeout_s=0.3, job_ttl_s=0.5), "divided", body)
+    )
 
 
 def test_engine_error_fails_only_its_job() -> None:
@@ -474,21 +347,21 @@ def test_engine_error_fails_only_its_job() -> None:
     links.run_chunk = run_chunk  # type: ignore[method-assign]
 
     async def body(d: Dispatcher) -> None:
-        d.submit(_plan("good", prompts=2, g=2))
-        d.submit(_plan("bad", prompts=2, g=2))
+        d.submit(job_plan("good", prompts=2, g=2))
+        d.submit(job_plan("bad", prompts=2, g=2))
         bad = await d.wait("bad")
         assert bad.state is JobState.FAILED and "tokenizer exploded" in (bad.error or "")
         assert (await d.wait("good")).state is JobState.DONE
         assert all(h.state is ReplicaState.HEALTHY for h in d.health())
 
-    asyncio.run(_with(links, _config(), "context", body))
+    asyncio.run(run_dispatcher(links, service_config(), "context", body))
 
 
 def test_progress_and_metrics() -> None:
     links = FakeLinks()
 
     async def body(d: Dispatcher) -> None:
-        d.submit(_plan("j", prompts=2, g=2))
+        d.submit(job_plan("j", prompts=2, g=2))
         await d.wait("j")
         st = d.status("j")
         assert st.state is JobState.DONE and st.progress.requests_done == 4
@@ -508,7 +381,7 @@ def test_progress_and_metrics() -> None:
         ):
             assert name in text, name
 
-    asyncio.run(_with(links, _config(), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
 
 
 @pytest.mark.parametrize("policy", ["context", "seer"])
@@ -528,14 +401,14 @@ def test_chunks_carry_the_policys_speculation_and_probes(policy: str) -> None:
     links.run_chunk = run_chunk  # type: ignore[method-assign]
 
     async def body(d: Dispatcher) -> None:
-        plan = _plan("spec")
+        plan = job_plan("spec")
         d.submit(plan)
         job = await d.wait("spec")
         assert job.state is JobState.DONE
         drafted = sum(r.drafted_tokens for g in job.results for r in g.responses)
         assert drafted == sum(len(r.token_ids) for g in job.results for r in g.responses)
 
-    asyncio.run(_with(links, _config(), policy, body))
+    asyncio.run(run_dispatcher(links, service_config(), policy, body))
     speculate = ServiceConfig().resolve_policy(policy).speculate
     assert speculate is (policy == "seer")
     assert all(c.speculate is speculate for c in seen)
@@ -551,7 +424,7 @@ def test_speculation_settings_reach_every_replica_live_and_rejoining_ones_later(
 
     async def main() -> None:
         await links.start()
-        cfg = _config()
+        cfg = service_config()
         d = Dispatcher(links, cfg, cfg.resolve_policy("seer"), sink=sink, drafts=drafts)
         d.start()
         await d.probe_all()
@@ -573,7 +446,7 @@ def test_speculation_settings_reach_every_replica_live_and_rejoining_ones_later(
             assert links.engines[2].speculation == new
             assert [r.version for r in d.speculation.state().replicas] == [1, 1, 1]
             # finished groups are released on the live replicas and the draft server
-            d.submit(_plan("rel", prompts=2, g=2, max_tokens=20))
+            d.submit(job_plan("rel", prompts=2, g=2, max_tokens=20))
             await d.wait("rel")
             for _ in range(100):
                 if all(len(r) == 2 for r in links.released) and len(drafts.released) == 2:
@@ -598,7 +471,7 @@ def test_two_concurrent_speculation_updates_both_land() -> None:
 
     async def main() -> None:
         await links.start()
-        cfg = _config()
+        cfg = service_config()
         d = Dispatcher(links, cfg, cfg.resolve_policy("seer"))
         d.start()
         await d.probe_all()
@@ -650,8 +523,8 @@ def test_a_group_verl_would_pin_to_one_replica_must_fit_its_kv(policy: str) -> N
     links = FakeLinks(step_s=0.0)  # replicas of 512 x 64 = 32,768 KV tokens
 
     async def body(d: Dispatcher) -> None:
-        fits = d.submit(_plan("fits", prompts=1, g=64, max_tokens=500))  # 64 x 504 = 32,256
-        big = _plan("big", prompts=2, g=80, max_tokens=500)  # 80 x 504 = 40,320
+        fits = d.submit(job_plan("fits", prompts=1, g=64, max_tokens=500))  # 64 x 504 = 32,256
+        big = job_plan("big", prompts=2, g=80, max_tokens=500)  # 80 x 504 = 40,320
         if policy == "verl":
             with pytest.raises(JobError) as e:
                 d.submit(big)
@@ -662,4 +535,4 @@ def test_a_group_verl_would_pin_to_one_replica_must_fit_its_kv(policy: str) -> N
             assert (await d.wait(d.submit(big).id)).state is JobState.DONE
         assert (await d.wait(fits.id)).state is JobState.DONE
 
-    asyncio.run(_with(links, _config(), policy, body))
+    asyncio.run(run_dispatcher(links, service_config(), policy, body))

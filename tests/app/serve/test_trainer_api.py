@@ -2,7 +2,7 @@
 OpenAI ``/v1/completions`` (with the official ``openai`` client), SGLang-style ``/generate`` and
 ``/abort_request``, requests joining one group by ``group_key``, and policy weight updates
 (``/v1/weights``, ``/update_weights_from_disk``, the typed client). The same app config as
-tests/app/test_service.py, so Serve reuses its deployments. Weight updates run last: they
+tests/app/serve/test_service.py, so Serve reuses its deployments. Weight updates run last: they
 change every later sample."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from app.client import SeerClient
 from app.engines.config import EngineConfig
-from tests.app.test_service import APP
+from tests.app.serve.fakes import FAKE_APP as APP
 from tests.conftest import deploy, undeploy
 
 pytestmark = pytest.mark.serve

@@ -1,6 +1,6 @@
 """Where the deployments ask to run (``app.serve.placement``) and the GPU/cluster settings that
 decide it: validated with errors naming the field, turned into the Serve options of each
-deployment. The placement itself on a real multi-node cluster: tests/app/test_cluster.py."""
+deployment. The placement itself on a real multi-node cluster: tests/app/serve/test_cluster.py."""
 
 from __future__ import annotations
 

@@ -12,14 +12,14 @@ from app.api import JobState, ReplicaState
 from app.serve.dispatcher import Dispatcher
 from app.serve.jobs import JobError
 from core.events import CollectingSink, JobStarted, RequestFinished
-from tests.app.test_dispatcher import FakeDrafts, FakeLinks, _config, _plan, _with
+from tests.app.serve.fakes import FakeDrafts, FakeLinks, job_plan, run_dispatcher, service_config
 
 
 def test_jobs_with_one_group_key_run_as_one_scheduler_group() -> None:
     links = FakeLinks(step_s=0.002)
 
     async def body(d: Dispatcher) -> None:
-        plans = [_plan(f"j{k}", prompts=1, g=1, group_key="q7") for k in range(3)]
+        plans = [job_plan(f"j{k}", prompts=1, g=1, group_key="q7") for k in range(3)]
         for p in plans:
             d.submit(p)
         await asyncio.sleep(0.005)  # admitted, first chunks running
@@ -30,15 +30,15 @@ def test_jobs_with_one_group_key_run_as_one_scheduler_group() -> None:
         assert {j.results[0].group_id for j in jobs} == {"key:q7"}
         assert not d._groups and not d._request_job  # released once all three ended
 
-    asyncio.run(_with(links, _config(), "seer", body))
+    asyncio.run(run_dispatcher(links, service_config(), "seer", body))
 
 
 def test_cancelling_one_job_of_a_shared_group_leaves_the_others() -> None:
     links = FakeLinks(step_s=0.01)
 
     async def body(d: Dispatcher) -> None:
-        a = d.submit(_plan("a", prompts=1, g=2, group_key="k", max_tokens=200))
-        b = d.submit(_plan("b", prompts=1, g=2, group_key="k", max_tokens=200))
+        a = d.submit(job_plan("a", prompts=1, g=2, group_key="k", max_tokens=200))
+        b = d.submit(job_plan("b", prompts=1, g=2, group_key="k", max_tokens=200))
         while not d._in_flight:
             await asyncio.sleep(0.005)
         d.cancel(a.id)
@@ -48,7 +48,7 @@ def test_cancelling_one_job_of_a_shared_group_leaves_the_others() -> None:
         assert [r.index for r in done.results[0].responses] == [0, 1]
         assert not d._groups
 
-    asyncio.run(_with(links, _config(), "context", body))
+    asyncio.run(run_dispatcher(links, service_config(), "context", body))
 
 
 def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: 
     ckpt.mkdir()
 
     async def body(d: Dispatcher) -> None:
-        job = d.submit(_plan("w", prompts=2, g=4, max_tokens=300, sampling={"seed": 3}))
+        job = d.submit(job_plan("w", prompts=2, g=4, max_tokens=300, sampling={"seed": 3}))
         while sum(len(r.tokens) for r in job.plan.runs.values()) < 40:
             await asyncio.sleep(0.005)
         with pytest.raises(JobError, match="must be above") as bad:
@@ -79,7 +79,7 @@ def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: 
         assert restarted and all(r.policy_version == 1 for r in restarted)
         assert versions <= {0, 1} and 1 in versions
         # no response mixes versions: a restarted one equals a fresh v1 response of its seed
-        later = d.submit(_plan("w2", prompts=2, g=4, max_tokens=300, sampling={"seed": 3}))
+        later = d.submit(job_plan("w2", prompts=2, g=4, max_tokens=300, sampling={"seed": 3}))
         fresh = await d.wait(later.id)
         by_index = {(g.prompt_index, r.index): r for g in fresh.results for r in g.responses}
         for g in done.results:
@@ -93,7 +93,7 @@ def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: 
         for rid, run in job.plan.runs.items():
             assert tagged[rid] == run.policy_version
 
-    asyncio.run(_with(links, _config(), "context", body, sink=sink, drafts=drafts))
+    asyncio.run(run_dispatcher(links, service_config(), "context", body, sink=sink, drafts=drafts))
 
 
 def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: 
             await d.update_weights(str(tmp_path / "missing"), 3)
         assert d.weights.version == 2 and not d.weights.updating
 
-    asyncio.run(_with(links, _config(), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
 
 
 def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
@@ -162,4 +162,4 @@ def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
         assert "0000" in update.failed_replicas["replica-1"]
         assert d.replicas[1].state is ReplicaState.FAILED
 
-    asyncio.run(_with(links, _config(), "divided", body))
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))

@@ -1,6 +1,6 @@
 """The sim engine: workload lengths and tokens, exact chunking, wall time from the cost model,
 abort, load, many engines in one event loop, config errors. The chunk contract itself runs on it
-in tests/app/test_engines.py."""
+in tests/app/engines/test_engines.py."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from tests.conftest import deploy, free_port, undeploy
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("SEER_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "dash-t0ken"
 LOAD_WINDOW_S = 4  # the replica-load chart: a job's last 4 s
