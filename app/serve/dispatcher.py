@@ -279,6 +279,13 @@ class Dispatcher:
                 return
             await job.changed(seen, self.config.request_timeout_s)
 
+    async def settle(self, job: Job) -> None:
+        """Until the chunks aborted when ``job`` ended have reported their tokens (bounded: an
+        abort is bounded by ``replica_call_timeout_s``, its chunk answers right after)."""
+        deadline = time.monotonic() + self.config.replica_call_timeout_s + 1.0
+        while job.aborting and (left := deadline - time.monotonic()) > 0:
+            await job.changed(job.version, left)
+
     async def wait(self, job_id: str) -> Job:
         """Until the job is terminal (bounded: a job is cancelled after request_timeout_s)."""
         job = self.get(job_id)
@@ -298,6 +305,7 @@ class Dispatcher:
             rids = [rid for spec in held for rid in spec.request_ids]
             for rid in self.scheduler.cancel_requests(rids):
                 self.spawn(self._abort(self._in_flight[rid]))
+                job.aborting.add(rid)
                 aborting += 1
             for spec in held:  # a joined group goes on while other jobs' requests are open
                 if spec.group_id in self._groups and self.scheduler.group_done(spec.group_id):
@@ -494,6 +502,9 @@ class Dispatcher:
         d, job, run = flight.decision, flight.job, flight.run
         del self._in_flight[d.request_id]
         self.metrics.chunk_latency.observe(now - flight.started)
+        if not isinstance(outcome, ChunkResult) and d.request_id in job.aborting:
+            job.aborting.discard(d.request_id)  # nothing to keep, settled all the same
+            job.touch()
         s = self.scheduler
         if isinstance(outcome, ReplicaUnavailable):
             self.metrics.chunks_lost.labels(self.pool[d.replica].replica_id).inc()
@@ -515,11 +526,13 @@ class Dispatcher:
             self._after_request(job, d, finished=False)
             return
         res = outcome
+        rep_id = self.pool[d.replica].replica_id
         if job.state.terminal or flight.restart:  # cancelled, or cut by a weight update
             s.complete(d.request_id, 0, FinishReason.ABORT)
+            if d.request_id in job.aborting and not flight.restart:
+                self._keep_partial(job, run, rep_id, res)
             self._after_request(job, d, finished=False)
             return
-        rep_id = self.pool[d.replica].replica_id
         run.append(rep_id, res.token_ids, res.logprobs)
         if res.drafted_tokens:
             run.drafted += res.drafted_tokens
@@ -559,6 +572,18 @@ class Dispatcher:
             job.finish_times.append(now)
             self.metrics.requests_done.inc()
         self._after_request(job, d, finished)
+
+    @staticmethod
+    def _keep_partial(job: Job, run: RequestRun, replica_id: str, res: ChunkResult) -> None:
+        """The tokens an aborted chunk of an ended job made before the abort: its partial
+        response keeps them (one that reached its end says so; the others read abort)."""
+        run.append(replica_id, res.token_ids, res.logprobs)
+        job.output_tokens += len(res.token_ids)
+        if res.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
+            run.finish = res.finish_reason
+            run.finished_at = time.time()
+        job.aborting.discard(res.request_id)
+        job.touch()
 
     def _after_request(self, job: Job, d: ChunkDecision, finished: bool) -> None:
         """Release the scheduler group once all its requests (of every job that joined it) are

@@ -57,6 +57,9 @@ class Job:
     requests_done: int = 0
     output_tokens: int = 0
     finish_times: list[float] = field(default_factory=list)  # of requests, for the tail time
+    # requests whose chunk was aborted when the job ended, until that chunk reports back (with
+    # the tokens it made before the abort: a cancelled job's partial responses keep them)
+    aborting: set[str] = field(default_factory=set)
     version: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 

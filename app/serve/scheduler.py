@@ -223,11 +223,14 @@ class SeerScheduler:
     @refusing
     async def wait(self, job_id: str, partial: bool = False) -> JobOutcome:
         """The job's groups in prompt order once it is terminal: all of them when DONE; none
-        otherwise, or with ``partial`` those of a CANCELLED job as far as they got (unfinished
-        responses with finish reason ``abort``)."""
+        otherwise, or with ``partial`` those of a CANCELLED job as far as they got, the tokens
+        of its aborted chunks included (unfinished responses with finish reason ``abort``)."""
         job = await self.dispatcher.wait(job_id)
         groups: list[GroupResult] = []
-        if job.state is JobState.DONE or (partial and job.state is JobState.CANCELLED):
+        if job.state is JobState.DONE:
+            groups = self.dispatcher.groups_so_far(job)
+        elif partial and job.state is JobState.CANCELLED:
+            await self.dispatcher.settle(job)  # with the tokens of its aborted chunks
             groups = self.dispatcher.groups_so_far(job)
         return JobOutcome(status=self.dispatcher.status(job_id), groups=groups)
 

@@ -536,3 +536,37 @@ def test_a_group_verl_would_pin_to_one_replica_must_fit_its_kv(policy: str) -> N
         assert (await d.wait(fits.id)).state is JobState.DONE
 
     asyncio.run(run_dispatcher(links, service_config(), policy, body))
+
+
+@pytest.mark.parametrize("policy", ["verl", "divided"])
+def test_a_cancelled_job_s_partial_responses_keep_what_their_aborted_chunks_made(
+    policy: str,
+) -> None:
+    """``/abort_request`` and a cancelled ``wait`` with ``partial`` answer what each response
+    made so far. Under verl a response is one chunk, so before the aborted chunks report back
+    there is nothing: the partial answer waits for them (bounded) and keeps their tokens, which
+    are the first tokens of the same seeded response run whole."""
+    links = FakeLinks(step_s=0.01)
+    plan = job_plan("p", prompts=2, g=2, max_tokens=400, sampling={"seed": 5})
+    reference = _reference(links, plan)
+
+    async def body(d: Dispatcher) -> None:
+        job = d.submit(plan)
+        while len(d._in_flight) < 4:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # ~20 tokens into each running chunk
+        d.cancel(job.id)
+        assert job.state is JobState.CANCELLED and job.aborting
+        await asyncio.wait_for(d.settle(job), 10)
+        assert not job.aborting
+        groups = d.groups_so_far(job)
+        responses = [r for g in groups for r in g.responses]
+        assert len(responses) == 4 and all(r.length > 0 for r in responses)
+        for g in groups:
+            for r in g.responses:
+                rid = plan.groups[g.prompt_index].spec.request_ids[r.index]
+                assert r.token_ids == reference[rid][: r.length]  # a prefix, nothing lost
+                assert r.finish_reason == ("stop" if r.length == len(reference[rid]) else "abort")
+        assert job.output_tokens == sum(r.length for r in responses)
+
+    asyncio.run(run_dispatcher(links, service_config(), policy, body))
