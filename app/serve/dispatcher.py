@@ -8,7 +8,8 @@ Invariants:
   scheduler hears of them, so the next chunk continues exactly where the last one stopped.
 - Every request completes exactly once: a chunk lost to an unreachable replica is reported to
   the scheduler as aborted with no new tokens and re-dispatched to a live replica, continuing
-  from the tokens its earlier chunks returned; results of a cancelled job are dropped.
+  from the tokens its earlier chunks returned. A cancelled job reports no group; its partial
+  answer holds what its chunks made, those its end aborted included (``settle``).
 - Admission is global (the scheduler's KV reservations span every job), so concurrent jobs never
   oversubscribe a replica under the divided policies.
 - Every call to a replica other than a running chunk (health probe, abort) is bounded by
