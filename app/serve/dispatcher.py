@@ -55,7 +55,7 @@ from core.scheduling.estimate import LengthPrior
 from core.scheduling.policies import PolicyPlan
 from core.scheduling.scheduler import Scheduler
 from core.scheduling.types import ChunkDecision, ReplicaSpec, RequestPhase
-from core.sim.simulator import tail_time
+from core.stats import tail_time
 
 log = logging.getLogger("seer.dispatcher")
 

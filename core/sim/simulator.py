@@ -35,6 +35,7 @@ from core.sim.cost import CostModel
 from core.sim.instance import Arrival, Instance
 from core.sim.lower_bound import draft_config, lower_bound, speculative_lower_bound
 from core.sim.workload import Workload, resample_same_prompts
+from core.stats import tail_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +61,6 @@ class PolicyResult:
     # the speculating policy's bound (``core.sim.lower_bound``); None for a policy that does not
     # speculate or runs a custom draft chooser (not held to the adaptive policy's limits)
     spec_lower_bound_s: float | None = None
-
-
-def tail_time(finish_times: list[float]) -> float:
-    """Time spent on the last 10% of requests to complete."""
-    ts = sorted(finish_times)
-    n = len(ts)
-    k = max(0, math.ceil(0.9 * n) - 1)
-    return ts[-1] - ts[k]
 
 
 DraftChooser = Callable[[list[float], list[bool], float, int], list[int]]

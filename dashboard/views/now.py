@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from app.store.views import FinishedRequest, GroupView, JobView, ReplicaLoad
-from core.sim.simulator import tail_time
+from core.stats import tail_time
 from dashboard.client import Health
 from dashboard.views.common import HEIGHT, REPLICA_COLORS, figure, note, when
 

@@ -11,8 +11,9 @@ from core.scheduling import ChunkDecision, SchedulerConfig, get_policy
 from core.sim.acceptance import is_reference, paper_model
 from core.sim.cost import QWEN2_VL_72B, CostModel
 from core.sim.lower_bound import lower_bound
-from core.sim.simulator import DraftChooser, simulate, tail_time
+from core.sim.simulator import DraftChooser, simulate
 from core.sim.workload import PRESETS, Workload, WorkloadSpec, generate
+from core.stats import tail_time
 
 COST = CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.5, flops_eff=0.5, step_overhead_s=0.02)
 POLICIES = ("verl", "divided", "context", "context-max", "seer", "oracle")
