@@ -13,7 +13,7 @@ smallest key. Routing: the configured routing policy, except that a request with
 
 Long-lived use (one scheduler for every rollout of a service): groups may be submitted at any
 time; ``cancel`` ends a group's requests (queued ones at once, running ones when their chunk is
-reported); ``release`` drops a group whose requests are all terminal, and the per-request arrays
+reported); ``release`` drops a group whose requests are all terminal, and the tables (``tables.py``)
 are compacted once released slots outnumber live ones, so memory and the cost of a decision
 depend on the work in the scheduler, not on what it has served. A replica taken out of
 rotation (``set_replica_available``) gets no chunk until it is back; its chunks in flight are
@@ -30,7 +30,6 @@ import heapq
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
 
 from core.engine.types import FinishReason
 from core.events import EventSink, NullSink
@@ -44,6 +43,7 @@ from core.scheduling.ordering import (
     get_ordering,
 )
 from core.scheduling.routing import ReplicaTable, get_routing
+from core.scheduling.tables import GroupTable, RequestTable
 from core.scheduling.trace import EventTrace
 from core.scheduling.types import (
     ChunkDecision,
@@ -59,7 +59,6 @@ _RUNNING = RequestPhase.RUNNING
 _FINISHED = RequestPhase.FINISHED
 _CANCELLED = RequestPhase.CANCELLED
 _TERMINAL = (_FINISHED, _CANCELLED)
-_T = TypeVar("_T")
 _MAX_SKIPS = 8  # queued requests set aside per schedule() call when no replica fits them
 
 
@@ -75,7 +74,7 @@ class Scheduler:
         sink: EventSink | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``compact_after`` (>= 1): compact the per-request arrays once at least this many
+        """``compact_after`` (>= 1): compact the request and group tables once at least this many
         slots (and at least as many as are live) belong to released groups. ``sink`` receives
         ``core.events`` records (chunk done, request finished, group estimate, group finished)
         stamped with ``clock()``; None or a ``NullSink``: no event is built."""
@@ -100,33 +99,9 @@ class Scheduler:
             reserved=[0] * len(replicas),
         )
         self._free_slots = sum(r.max_running for r in replicas)
-        # Per-request state, indexed by submission order.
-        self.request_ids: list[str] = []
-        self._index: dict[str, int] = {}
-        self.group_of: list[int] = []
-        self.generated: list[int] = []
-        self.phase: list[RequestPhase] = []
-        self.is_probe: list[bool] = []
-        self._max_tokens: list[int] = []
-        self._prompt: list[int] = []
-        self._version: list[int] = []
-        self._stamp: list[int] = []  # times enqueued; identifies the live FIFO entry
-        self._kv_replica: list[int] = []
-        self._chunk_replica: list[int] = []
-        self._chunk_budget: list[int] = []
-        self._chunk_reserve: list[int] = []
-        self._key: list[float] = []  # ordering key of a queued non-probe request, as pushed
-        self._oracle: list[int] = []
-        self._cancelled: list[bool] = []  # cancelled one by one (cancel_requests)
+        self.requests = RequestTable()
+        self.groups = GroupTable()
         self.oracle_lengths: Sequence[int] | None = None
-        # Per-group state.
-        self.group_ids: list[str] = []
-        self._group_pos: dict[str, int] = {}  # group id -> index into the group arrays
-        self.groups: list[GroupStats] = []
-        self._group_replica: list[int] = []
-        self._group_open: list[int] = []  # members not yet terminal
-        self._group_cancelled: list[bool] = []
-        self._group_released: list[bool] = []
         self._released_slots = 0  # request slots of released groups (until compaction)
         self._n_open = 0  # requests not yet terminal
         self.population = PopulationStats(prior_sigma=config.within_sigma_prior)
@@ -153,15 +128,16 @@ class Scheduler:
     ) -> None:
         """Queue new groups. ``oracle_lengths`` (request_id -> true length) is required by the
         ``oracle`` ordering and ignored otherwise."""
+        q = self.requests
         need_oracle = self.config.ordering in ORACLE_ORDERINGS and self.config.divided
         seen: set[str] = set()
         seen_r: set[str] = set()
         for spec in groups:
-            if spec.group_id in seen or spec.group_id in self._group_pos:
+            if spec.group_id in seen or spec.group_id in self.groups.index:
                 raise ValueError(f"group {spec.group_id!r} submitted twice")
             seen.add(spec.group_id)
             for rid in spec.request_ids:
-                if rid in self._index or rid in seen_r:
+                if rid in q.index or rid in seen_r:
                     raise ValueError(f"request {rid!r} submitted twice")
                 seen_r.add(rid)
                 if need_oracle and (oracle_lengths is None or rid not in oracle_lengths):
@@ -176,7 +152,6 @@ class Scheduler:
                         )
         new_groups: list[int] = []
         for spec in groups:
-            gi = len(self.groups)
             stats = GroupStats(cap=spec.max_tokens)
             if self.prior is not None:
                 recorded = self.prior.lengths(spec.prompt_key or spec.group_id)
@@ -184,13 +159,7 @@ class Scheduler:
                     stats.seed_prior(
                         [min(x, spec.max_tokens) for x in recorded], self.config.prior_weight
                     )
-            self.groups.append(stats)
-            self.group_ids.append(spec.group_id)
-            self._group_pos[spec.group_id] = gi
-            self._group_replica.append(-1)
-            self._group_open.append(len(spec.request_ids))
-            self._group_cancelled.append(False)
-            self._group_released.append(False)
+            gi = self.groups.add(spec.group_id, stats, len(spec.request_ids))
             self._n_open += len(spec.request_ids)
             if self._trace is not None:
                 key = spec.prompt_key or spec.group_id
@@ -203,15 +172,15 @@ class Scheduler:
                 probe = self.config.probes and k == 0
                 self._add_request(gi, rid, spec.max_tokens, spec.prompt_tokens, probe, oracle)
         if need_oracle:
-            self.oracle_lengths = self._oracle
+            self.oracle_lengths = q.oracle
         if not self.config.divided:
-            ids = [self.group_ids[g] for g in new_groups]
+            ids = [self.groups.group_id[g] for g in new_groups]
             n = len(self.replicas)
             for a, gi in zip(verl_assign(ids, n, self._verl_next % n), new_groups, strict=True):
-                self._group_replica[gi] = a.replica
+                self.groups.replica[gi] = a.replica
             self._verl_next += len(new_groups)  # the next submission continues the rotation
         for gi in new_groups:
-            for r in self.groups[gi].members:
+            for r in self.groups.stats[gi].members:
                 self._enqueue(r)
 
     def complete(
@@ -222,12 +191,13 @@ class Scheduler:
         ``finish_reason`` STOP/LENGTH finish the request, CHUNK re-queues it (it must then have
         used its whole chunk budget), ABORT re-queues it keeping the tokens it produced.
         ``drafted``: draft tokens the engine proposed in it (recorded in the event trace only)."""
+        q = self.requests
         r = self._lookup(request_id)
-        if self.phase[r] is not _RUNNING:
+        if q.phase[r] is not _RUNNING:
             raise ValueError(
-                f"request {request_id!r} has no chunk in flight (it is {self.phase[r].value})"
+                f"request {request_id!r} has no chunk in flight (it is {q.phase[r].value})"
             )
-        budget = self._chunk_budget[r]
+        budget = q.chunk_budget[r]
         if not 0 <= new_tokens <= budget:
             raise ValueError(
                 f"request {request_id!r}: new_tokens={new_tokens} outside [0, {budget}] "
@@ -237,49 +207,49 @@ class Scheduler:
             raise ValueError(
                 f"request {request_id!r}: finish 'chunk' after {new_tokens} tokens, budget {budget}"
             )
-        gen = self.generated[r] + new_tokens
+        gen = q.generated[r] + new_tokens
         finished = finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
-        finished = finished or gen >= self._max_tokens[r]
+        finished = finished or gen >= q.max_tokens[r]
         if finished and gen < 1:
             raise ValueError(f"request {request_id!r} finished with 0 generated tokens")
-        rep = self._chunk_replica[r]
+        rep = q.chunk_replica[r]
         t = self._table
-        t.add(rep, -1, -self._chunk_reserve[r])
+        t.add(rep, -1, -q.chunk_reserve[r])
         if t.running[rep] < t.max_running[rep]:
             self._free_slots += 1
-        self._chunk_reserve[r] = 0
-        self._kv_replica[r] = rep
-        self.generated[r] = gen
-        gi = self.group_of[r]
+        q.chunk_reserve[r] = 0
+        q.kv_replica[r] = rep
+        q.generated[r] = gen
+        gi = q.group[r]
         trace = self._trace
         if trace is not None:
             trace.chunk_done(
-                request_id, new_tokens, gen, finish_reason.value, self.is_probe[r], drafted
+                request_id, new_tokens, gen, finish_reason.value, q.is_probe[r], drafted
             )
-        if self._group_cancelled[gi] or self._cancelled[r]:
+        if self.groups.cancelled[gi] or q.cancelled[r]:
             self._terminate(r, _CANCELLED)
-            if trace is not None and self._group_open[gi] == 0:
-                trace.group_ended(self.group_ids[gi])
+            if trace is not None and self.groups.open[gi] == 0:
+                trace.group_ended(self.groups.group_id[gi])
             return False
-        g = self.groups[gi]
+        g = self.groups.stats[gi]
         before = (g.log_mean(), g.paper_estimate())
         if finished:
-            stop = finish_reason is FinishReason.STOP and gen < self._max_tokens[r]
+            stop = finish_reason is FinishReason.STOP and gen < q.max_tokens[r]
             self._terminate(r, _FINISHED, "stop" if stop else "length")
             self.population.observe_finished(g, gen)
             g.set_running_max(
                 max(
-                    (self.generated[m] for m in g.members if self.phase[m] is not _FINISHED),
+                    (q.generated[m] for m in g.members if q.phase[m] is not _FINISHED),
                     default=0,
                 )
             )
-            self.is_probe[r] = False
+            q.is_probe[r] = False
             self._n_finished += 1
             self._since_rekey += 1
             if trace is not None:
-                trace.estimate(self.group_ids[gi], g)
-                if self._group_open[gi] == 0:
-                    trace.group_ended(self.group_ids[gi])
+                trace.estimate(self.groups.group_id[gi], g)
+                if self.groups.open[gi] == 0:
+                    trace.group_ended(self.groups.group_id[gi])
         else:
             g.observe_progress(gen)
             self._enqueue(r)
@@ -293,12 +263,13 @@ class Scheduler:
     def report_progress(self, request_id: str, generated: int) -> None:
         """Optional streaming update of a running request's progress (a lower bound on its
         group's length); never lowers what is known."""
+        q = self.requests
         r = self._lookup(request_id)
-        if generated > self._max_tokens[r]:
+        if generated > q.max_tokens[r]:
             raise ValueError(
-                f"request {request_id!r}: generated={generated} > max_tokens={self._max_tokens[r]}"
+                f"request {request_id!r}: generated={generated} > max_tokens={q.max_tokens[r]}"
             )
-        g = self.groups[self.group_of[r]]
+        g = self.groups.stats[q.group[r]]
         if generated > g.running_max:
             before = (g.log_mean(), g.paper_estimate())
             g.observe_progress(generated)
@@ -310,21 +281,22 @@ class Scheduler:
         their requests with a chunk in flight, which the caller aborts and reports through
         ``complete`` (any finish reason; their tokens are dropped and they end ``CANCELLED``).
         Their KV reservations stay counted until then, so admission never over-commits."""
+        q = self.requests
         idx = [self._group_index(gid) for gid in group_ids]
         running: list[str] = []
         for gi in idx:
-            if self._group_cancelled[gi]:
+            if self.groups.cancelled[gi]:
                 continue
-            self._group_cancelled[gi] = True
-            was_open = self._group_open[gi] > 0
-            for r in self.groups[gi].members:
-                if self.phase[r] is _QUEUED:
+            self.groups.cancelled[gi] = True
+            was_open = self.groups.open[gi] > 0
+            for r in self.groups.stats[gi].members:
+                if q.phase[r] is _QUEUED:
                     self._n_queued -= 1
                     self._terminate(r, _CANCELLED)
-                elif self.phase[r] is _RUNNING:
-                    running.append(self.request_ids[r])
-            if self._trace is not None and was_open and self._group_open[gi] == 0:
-                self._trace.group_ended(self.group_ids[gi])
+                elif q.phase[r] is _RUNNING:
+                    running.append(q.request_id[r])
+            if self._trace is not None and was_open and self.groups.open[gi] == 0:
+                self._trace.group_ended(self.groups.group_id[gi])
         return running
 
     def join(self, group_id: str, request_ids: Sequence[str], max_tokens: int) -> None:
@@ -332,9 +304,10 @@ class Scheduler:
         sample per call): they share the group's length estimate and ordering from then on.
         The group must be known, not cancelled and not yet done (a done group is released by
         its owner; later siblings start a new group)."""
+        q = self.requests
         gi = self._group_index(group_id)
-        if self._group_cancelled[gi] or self._group_open[gi] == 0:
-            state = "cancelled" if self._group_cancelled[gi] else "done"
+        if self.groups.cancelled[gi] or self.groups.open[gi] == 0:
+            state = "cancelled" if self.groups.cancelled[gi] else "done"
             raise ValueError(f"group {group_id!r} is {state}; it cannot take new requests")
         if not request_ids:
             raise ValueError(f"join of group {group_id!r} names no request")
@@ -345,11 +318,11 @@ class Scheduler:
         if len(set(request_ids)) != len(request_ids):
             raise ValueError(f"join of group {group_id!r} has duplicate request_ids")
         for rid in request_ids:
-            if rid in self._index:
+            if rid in q.index:
                 raise ValueError(f"request {rid!r} submitted twice")
-        stats = self.groups[gi]
-        prompt = self._prompt[stats.members[0]]
-        self._group_open[gi] += len(request_ids)
+        stats = self.groups.stats[gi]
+        prompt = q.prompt[stats.members[0]]
+        self.groups.open[gi] += len(request_ids)
         self._n_open += len(request_ids)
         if self._trace is not None:
             self._trace.joined(group_id, request_ids)
@@ -359,44 +332,28 @@ class Scheduler:
     def _add_request(
         self, gi: int, rid: str, max_tokens: int, prompt: int, probe: bool, oracle: int
     ) -> int:
-        """Append request ``rid`` of group ``gi`` to every per-request array (not queued)."""
-        r = len(self.request_ids)
-        self.request_ids.append(rid)
-        self._index[rid] = r
-        self.group_of.append(gi)
-        self.generated.append(0)
-        self.phase.append(_QUEUED)
-        self.is_probe.append(probe)
-        self._max_tokens.append(max_tokens)
-        self._prompt.append(prompt)
-        self._version.append(0)
-        self._stamp.append(0)
-        self._kv_replica.append(-1)
-        self._chunk_replica.append(-1)
-        self._chunk_budget.append(0)
-        self._chunk_reserve.append(0)
-        self._key.append(0.0)
-        self._cancelled.append(False)
-        self._oracle.append(oracle)
-        self.groups[gi].members.append(r)
+        """Add request ``rid`` of group ``gi`` to the request table (not queued)."""
+        r = self.requests.add(rid, gi, max_tokens, prompt, probe, oracle)
+        self.groups.stats[gi].members.append(r)
         return r
 
     def cancel_requests(self, request_ids: Sequence[str]) -> list[str]:
         """Cancel single requests (their group goes on): like ``cancel`` for groups, queued
         ones end at once and the ids of those with a chunk in flight are returned, to be aborted
         and reported through ``complete``. Requests already terminal are skipped."""
+        q = self.requests
         running: list[str] = []
         for rid in request_ids:
             r = self._lookup(rid)
-            if self._cancelled[r] or self.phase[r] in _TERMINAL:
+            if q.cancelled[r] or q.phase[r] in _TERMINAL:
                 continue
-            self._cancelled[r] = True
-            gi = self.group_of[r]
-            if self.phase[r] is _QUEUED:
+            q.cancelled[r] = True
+            gi = q.group[r]
+            if q.phase[r] is _QUEUED:
                 self._n_queued -= 1
                 self._terminate(r, _CANCELLED)
-                if self._trace is not None and self._group_open[gi] == 0:
-                    self._trace.group_ended(self.group_ids[gi])
+                if self._trace is not None and self.groups.open[gi] == 0:
+                    self._trace.group_ended(self.groups.group_id[gi])
             else:
                 running.append(rid)
         return running
@@ -405,15 +362,16 @@ class Scheduler:
         """Start a queued request over from its prompt, forgetting its generated tokens (its
         group's estimates keep what they learned). For a change of the policy's weights: a
         response never mixes tokens of two versions."""
+        q = self.requests
         r = self._lookup(request_id)
-        if self.phase[r] is not _QUEUED:
+        if q.phase[r] is not _QUEUED:
             raise ValueError(
-                f"request {request_id!r} is {self.phase[r].value}; only a queued one restarts"
+                f"request {request_id!r} is {q.phase[r].value}; only a queued one restarts"
             )
-        if self.generated[r] == 0:
+        if q.generated[r] == 0:
             return
-        self.generated[r] = 0
-        self._kv_replica[r] = -1
+        q.generated[r] = 0
+        q.kv_replica[r] = -1
         self._n_queued -= 1  # re-enqueued below with a fresh key
         self._enqueue(r)
 
@@ -425,23 +383,24 @@ class Scheduler:
 
     def group_done(self, group_id: str) -> bool:
         """True when every request of the group is terminal (finished or cancelled)."""
-        return self._group_open[self._group_index(group_id)] == 0
+        return self.groups.open[self._group_index(group_id)] == 0
 
     def release(self, group_id: str) -> None:
         """Drop a group whose requests are all terminal: its ids become unknown and its slots
         are reclaimed by the next compaction (what it taught the estimates is kept)."""
+        q = self.requests
         gi = self._group_index(group_id)
-        if self._group_open[gi]:
+        if self.groups.open[gi]:
             raise ValueError(
-                f"group {group_id!r} still has {self._group_open[gi]} unfinished requests"
+                f"group {group_id!r} still has {self.groups.open[gi]} unfinished requests"
             )
-        self._group_released[gi] = True
-        del self._group_pos[group_id]
-        g = self.groups[gi]
+        self.groups.released[gi] = True
+        del self.groups.index[group_id]
+        g = self.groups.stats[gi]
         for r in g.members:
-            del self._index[self.request_ids[r]]
+            del q.index[q.request_id[r]]
         self._released_slots += len(g.members)
-        if self._released_slots >= max(self._compact_after, len(self.request_ids) // 2):
+        if self._released_slots >= max(self._compact_after, len(q.request_id) // 2):
             self._compact()
 
     def set_replica_available(
@@ -468,6 +427,7 @@ class Scheduler:
     # ------------------------------------------------------------------ decisions
     def schedule(self) -> list[ChunkDecision]:
         """Dispatch as many queued requests as the replicas can admit, best first."""
+        q = self.requests
         if not self.config.divided:
             return self._schedule_verl()
         out: list[ChunkDecision] = []
@@ -479,14 +439,14 @@ class Scheduler:
             r = self._pop()
             if r < 0:
                 break
-            budget = min(chunk, self._max_tokens[r] - self.generated[r])
-            ctx = self._prompt[r] + self.generated[r]
+            budget = min(chunk, q.max_tokens[r] - q.generated[r])
+            ctx = q.prompt[r] + q.generated[r]
             need = ctx + budget
-            kv = self._kv_replica[r]
-            if rebalance and self.generated[r] >= rebalance:
+            kv = q.kv_replica[r]
+            if rebalance and q.generated[r] >= rebalance:
                 kv = -1
             rep = self._route(t, kv, need, self.config.cache_threshold)
-            kv = self._kv_replica[r]
+            kv = q.kv_replica[r]
             if rep < 0:
                 skipped.append(r)
                 if len(skipped) >= _MAX_SKIPS:
@@ -495,52 +455,54 @@ class Scheduler:
             out.append(self._dispatch(r, rep, budget, need, kv))
         for r in skipped:  # back in line, keeping their waiting position (and their key)
             self._n_queued += 1
-            self._version[r] += 1
-            self._push(r, self._key[r])
+            q.version[r] += 1
+            self._push(r, q.key[r])
             if self.config.starvation_interval > 0:
-                self._fifo.appendleft((r, self._stamp[r]))
+                self._fifo.appendleft((r, q.stamp[r]))
         return out
 
     def _schedule_verl(self) -> list[ChunkDecision]:
+        q = self.requests
         out: list[ChunkDecision] = []
         live = [i for i, ok in enumerate(self._available) if ok]
         if not live:
             return out
         while self._fifo:
             r, stamp = self._fifo.popleft()
-            if stamp != self._stamp[r] or self.phase[r] is not _QUEUED:
+            if stamp != q.stamp[r] or q.phase[r] is not _QUEUED:
                 continue
             self._take(r)
-            gi = self.group_of[r]
-            rep = self._group_replica[gi]
+            gi = q.group[r]
+            rep = self.groups.replica[gi]
             if not self._available[rep]:  # its replica left rotation: the group moves, whole
                 rep = live[self._verl_next % len(live)]
                 self._verl_next += 1
-                self._group_replica[gi] = rep
-            budget = self._max_tokens[r] - self.generated[r]
-            need = self._prompt[r] + self._max_tokens[r]
-            out.append(self._dispatch(r, rep, budget, need, self._kv_replica[r]))
+                self.groups.replica[gi] = rep
+            budget = q.max_tokens[r] - q.generated[r]
+            need = q.prompt[r] + q.max_tokens[r]
+            out.append(self._dispatch(r, rep, budget, need, q.kv_replica[r]))
         return out
 
     def _dispatch(self, r: int, rep: int, budget: int, need: int, kv: int) -> ChunkDecision:
+        q = self.requests
         t = self._table
         if t.running[rep] < t.max_running[rep]:
             self._free_slots -= 1
         t.add(rep, 1, need)
         self._dispatches += 1
-        self.phase[r] = _RUNNING
-        self._version[r] += 1
-        self._chunk_replica[r] = rep
-        self._chunk_budget[r] = budget
-        self._chunk_reserve[r] = need
-        gen = self.generated[r]
-        migrate = self._prompt[r] + gen if (kv >= 0 and kv != rep) else 0
-        probe = self.is_probe[r]
+        q.phase[r] = _RUNNING
+        q.version[r] += 1
+        q.chunk_replica[r] = rep
+        q.chunk_budget[r] = budget
+        q.chunk_reserve[r] = need
+        gen = q.generated[r]
+        migrate = q.prompt[r] + gen if (kv >= 0 and kv != rep) else 0
+        probe = q.is_probe[r]
         if self._trace is not None:
-            self._trace.dispatched(self.request_ids[r], self.replicas[rep].replica_id)
+            self._trace.dispatched(q.request_id[r], self.replicas[rep].replica_id)
         return ChunkDecision(
-            request_id=self.request_ids[r],
-            group_id=self.group_ids[self.group_of[r]],
+            request_id=q.request_id[r],
+            group_id=self.groups.group_id[q.group[r]],
             replica=rep,
             generated=gen,
             max_new_tokens=budget,
@@ -551,12 +513,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ queues
     def _enqueue(self, r: int) -> None:
-        self.phase[r] = _QUEUED
-        self._version[r] += 1
-        self._stamp[r] += 1
+        q = self.requests
+        q.phase[r] = _QUEUED
+        q.version[r] += 1
+        q.stamp[r] += 1
         self._n_queued += 1
         if not self.config.divided or self.config.starvation_interval > 0:
-            self._fifo.append((r, self._stamp[r]))
+            self._fifo.append((r, q.stamp[r]))
         if self.config.divided:
             self._push(r)
 
@@ -564,21 +527,22 @@ class Scheduler:
         """(Re-)insert the live key of queued request ``r`` into its priority queue; ``key``:
         its key as last computed, when nothing it depends on changed since (a request set aside
         by ``schedule``)."""
-        ver = self._version[r]
-        if self.is_probe[r]:
-            heapq.heappush(self._probes, (self.generated[r], r, ver))
+        q = self.requests
+        ver = q.version[r]
+        if q.is_probe[r]:
+            heapq.heappush(self._probes, (q.generated[r], r, ver))
         else:
             if key is None:
                 key = self._order(self, r)
-                self._key[r] = key
+                q.key[r] = key
             heapq.heappush(self._heap, (key, r, ver))
-            if self._explore_on and self.generated[r] == 0:
+            if self._explore_on and q.generated[r] == 0:
                 heapq.heappush(self._explore, (-key, r, ver))
 
     def _pop(self) -> int:
         """Best live queued request (removed from the queues), or -1."""
-        version = self._version
-        phase = self.phase
+        version = self.requests.version
+        phase = self.requests.phase
         while self._probes:
             _, r, ver = heapq.heappop(self._probes)
             if ver == version[r] and phase[r] is _QUEUED:
@@ -592,7 +556,7 @@ class Scheduler:
                     return self._take(r)
         si = self.config.starvation_interval
         if si > 0 and self._dispatches % si == si - 1:
-            stamp = self._stamp
+            stamp = self.requests.stamp
             while self._fifo:
                 r, st = self._fifo.popleft()
                 if st == stamp[r] and phase[r] is _QUEUED:
@@ -605,103 +569,76 @@ class Scheduler:
         return -1
 
     def _take(self, r: int) -> int:
-        self._version[r] += 1  # invalidates its other queue entries
+        self.requests.version[r] += 1  # invalidates its other queue entries
         self._n_queued -= 1
         return r
 
     def _terminate(self, r: int, phase: RequestPhase, reason: str = "cancelled") -> None:
-        self.phase[r] = phase
-        self._version[r] += 1
+        q = self.requests
+        q.phase[r] = phase
+        q.version[r] += 1
         self._n_open -= 1
-        self._group_open[self.group_of[r]] -= 1
+        self.groups.open[q.group[r]] -= 1
         if self._trace is not None:
             self._trace.request_ended(
-                self.request_ids[r], self.generated[r], reason, self.is_probe[r]
+                q.request_id[r],
+                q.generated[r],
+                reason,
+                q.is_probe[r],
             )
 
     def _compact(self) -> None:
-        """Drop released groups from every array, keeping the order of the rest (submission
+        """Drop released groups from both tables, keeping the order of the rest (submission
         order breaks ties), and rebuild the queues from the live entries."""
-        keep_g = [gi for gi, rel in enumerate(self._group_released) if not rel]
-        keep_r = [r for gi in keep_g for r in self.groups[gi].members]
+        q = self.requests
+        keep_g = [gi for gi, rel in enumerate(self.groups.released) if not rel]
+        keep_r = [r for gi in keep_g for r in self.groups.stats[gi].members]
         keep_r.sort()
         new_r = {r: k for k, r in enumerate(keep_r)}
         new_g = {gi: k for k, gi in enumerate(keep_g)}
 
-        def take(xs: list[_T]) -> list[_T]:
-            return [xs[r] for r in keep_r]
-
-        self.request_ids = take(self.request_ids)
-        self.group_of = [new_g[self.group_of[r]] for r in keep_r]
-        self.generated = take(self.generated)
-        self.phase = take(self.phase)
-        self.is_probe = take(self.is_probe)
-        self._max_tokens = take(self._max_tokens)
-        self._prompt = take(self._prompt)
-        self._version = take(self._version)
-        self._stamp = take(self._stamp)
-        self._kv_replica = take(self._kv_replica)
-        self._chunk_replica = take(self._chunk_replica)
-        self._chunk_budget = take(self._chunk_budget)
-        self._chunk_reserve = take(self._chunk_reserve)
-        self._key = take(self._key)
-        self._oracle = take(self._oracle)
-        self._cancelled = take(self._cancelled)
-        if self.oracle_lengths is not None:
-            self.oracle_lengths = self._oracle
-        self._index = {rid: k for k, rid in enumerate(self.request_ids)}
-
-        def keep_groups(xs: list[_T]) -> list[_T]:
-            return [xs[gi] for gi in keep_g]
-
-        self.group_ids = keep_groups(self.group_ids)
-        self._group_pos = {gid: k for k, gid in enumerate(self.group_ids)}
-        self.groups = keep_groups(self.groups)
-        for g in self.groups:
-            g.members = [new_r[r] for r in g.members]
-        self._group_replica = keep_groups(self._group_replica)
-        self._group_open = keep_groups(self._group_open)
-        self._group_cancelled = keep_groups(self._group_cancelled)
-        self._group_released = [False] * len(keep_g)
+        q.compact(keep_r, new_g)
+        self.groups.compact(keep_g, new_r)
         self._released_slots = 0
         # Queues: live entries only, same order.
         self._fifo = deque(
-            (new_r[r], st) for r, st in self._fifo if r in new_r and st == self._stamp[new_r[r]]
+            (new_r[r], st) for r, st in self._fifo if r in new_r and st == q.stamp[new_r[r]]
         )
         self._probes = [
             (gen, new_r[r], ver)
             for gen, r, ver in self._probes
-            if r in new_r and ver == self._version[new_r[r]]
+            if r in new_r and ver == q.version[new_r[r]]
         ]
         heapq.heapify(self._probes)
         self._heap = [
             (key, new_r[r], ver)
             for key, r, ver in self._heap
-            if r in new_r and ver == self._version[new_r[r]]
+            if r in new_r and ver == q.version[new_r[r]]
         ]
         heapq.heapify(self._heap)
         self._explore = [
             (key, new_r[r], ver)
             for key, r, ver in self._explore
-            if r in new_r and ver == self._version[new_r[r]]
+            if r in new_r and ver == q.version[new_r[r]]
         ]
         heapq.heapify(self._explore)
         if self._order is fifo_key:  # the only key that is the request index: renumber
             self._heap = [(float(r), r, ver) for _, r, ver in self._heap]
             heapq.heapify(self._heap)
-            self._key = [float(r) for r in range(len(keep_r))]
+            q.key[:] = [float(r) for r in range(len(keep_r))]
 
     def _rekey(self, requests: Iterable[int], skip: int) -> None:
         """Recompute the keys of the queued non-probe requests among ``requests`` (but
         ``skip``); only a key that changed is re-pushed (an unchanged live entry already sits
         where a fresh one would: same key, same request). Orderings keyed by (group, generated
         tokens) compute each such pair once."""
+        q = self.requests
         order = self._order
-        phase = self.phase
-        is_probe = self.is_probe
-        keys = self._key
-        group_of = self.group_of
-        generated = self.generated
+        phase = q.phase
+        is_probe = q.is_probe
+        keys = q.key
+        group_of = q.group
+        generated = q.generated
         memo: dict[tuple[int, int], float] | None = {} if self._group_keyed else None
         for r in requests:
             if r == skip or phase[r] is not _QUEUED or is_probe[r]:
@@ -715,7 +652,7 @@ class Scheduler:
                     found = memo[pair] = order(self, r)
                 key = found
             if key != keys[r]:
-                self._version[r] += 1
+                q.version[r] += 1
                 keys[r] = key
                 self._push(r, key)
 
@@ -727,7 +664,7 @@ class Scheduler:
         non-probe request has exactly one live entry in the main heap)."""
         self._since_rekey = 0
         self.population.refresh()
-        version = self._version
+        version = self.requests.version
         live = [r for _, r, ver in self._heap if ver == version[r]]
         self._rekey(live, skip=-1)
         if len(self._heap) > 2 * self._n_queued + 64:  # drop the stale entries
@@ -739,13 +676,13 @@ class Scheduler:
     # ------------------------------------------------------------------ views
     def _lookup(self, request_id: str) -> int:
         try:
-            return self._index[request_id]
+            return self.requests.index[request_id]
         except KeyError:
             raise ValueError(f"unknown request {request_id!r}") from None
 
     def _group_index(self, group_id: str) -> int:
         try:
-            return self._group_pos[group_id]
+            return self.groups.index[group_id]
         except KeyError:
             raise ValueError(f"unknown group {group_id!r}") from None
 
@@ -774,22 +711,22 @@ class Scheduler:
     @property
     def num_groups(self) -> int:
         """Groups submitted and not yet released."""
-        return len(self._group_pos)
+        return len(self.groups.index)
 
     @property
     def num_held(self) -> int:
-        """Request slots in the arrays (open + terminal until released and compacted)."""
-        return len(self.request_ids)
+        """Request slots in the request table (open + terminal until released and compacted)."""
+        return len(self.requests.request_id)
 
     @property
     def done(self) -> bool:
         return self._n_open == 0
 
     def request_phase(self, request_id: str) -> RequestPhase:
-        return self.phase[self._lookup(request_id)]
+        return self.requests.phase[self._lookup(request_id)]
 
     def request_generated(self, request_id: str) -> int:
-        return self.generated[self._lookup(request_id)]
+        return self.requests.generated[self._lookup(request_id)]
 
     def loads(self) -> list[ReplicaLoad]:
         t = self._table

@@ -88,5 +88,5 @@ def test_one_iteration_seeds_the_next(any_url: str) -> None:
     assert sorted(prior.lengths("prompt-B") or []) == [7, 9]
     s2 = Scheduler(plan.config, reps, prior=prior)
     s2.submit([GroupSpec("it2-g0", ("x", "y"), 100, 4, prompt_key="prompt-B")])
-    g = s2.groups[0]
+    g = s2.groups.stats[0]
     assert g.prior_weight == pytest.approx(2 * plan.config.prior_weight)

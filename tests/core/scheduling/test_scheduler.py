@@ -267,9 +267,9 @@ def test_report_progress_raises_group_estimate() -> None:
     (p1,) = s.schedule()
     s.complete(p1.request_id, 3, FinishReason.STOP)
     s.report_progress("g1-1", 2)  # below what is known: no change
-    assert s.groups[1].paper_estimate() == 3
+    assert s.groups.stats[1].paper_estimate() == 3
     s.report_progress("g1-1", 700)
-    assert s.groups[1].paper_estimate() == 700
+    assert s.groups.stats[1].paper_estimate() == 700
     assert s.schedule()[0].request_id == "g1-1"
 
 
@@ -357,7 +357,7 @@ def live_keys(s: Scheduler) -> dict[int, float]:
     """Queued non-probe request -> key of its one live entry in the main queue."""
     out: dict[int, float] = {}
     for key, r, ver in s._heap:
-        if ver == s._version[r]:
+        if ver == s.requests.version[r]:
             assert r not in out, f"two live entries for request {r}"
             out[r] = key
     return out
@@ -386,7 +386,9 @@ def test_queued_keys_are_always_current(ordering: str) -> None:
             s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
         keys = live_keys(s)
         queued = [
-            r for r, ph in enumerate(s.phase) if ph is RequestPhase.QUEUED and not s.is_probe[r]
+            r
+            for r, ph in enumerate(s.requests.phase)
+            if ph is RequestPhase.QUEUED and not s.requests.is_probe[r]
         ]
         assert sorted(keys) == queued
         for r in queued:
