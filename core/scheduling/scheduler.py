@@ -26,22 +26,15 @@ Driving it (the caller owns time and engines):
 
 from __future__ import annotations
 
-import heapq
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from core.engine.types import FinishReason
 from core.events import EventSink, NullSink
 from core.scheduling.config import SchedulerConfig
 from core.scheduling.estimate import GroupStats, LengthPrior, PopulationStats
-from core.scheduling.ordering import (
-    GROUP_KEYED_ORDERINGS,
-    ORACLE_ORDERINGS,
-    STATIC_ORDERINGS,
-    fifo_key,
-    get_ordering,
-)
+from core.scheduling.ordering import ORACLE_ORDERINGS, STATIC_ORDERINGS
+from core.scheduling.queues import FifoLine, ReadyQueues
 from core.scheduling.routing import ReplicaTable, get_routing
 from core.scheduling.tables import GroupTable, RequestTable
 from core.scheduling.trace import EventTrace
@@ -90,7 +83,6 @@ class Scheduler:
         self._compact_after = compact_after
         self._available = [True] * len(replicas)
         self.prior = prior
-        self._order = get_ordering(config.ordering)
         self._route = get_routing(config.routing)
         self._table = ReplicaTable(
             capacity=[r.kv_capacity_tokens for r in replicas],
@@ -105,19 +97,14 @@ class Scheduler:
         self._released_slots = 0  # request slots of released groups (until compaction)
         self._n_open = 0  # requests not yet terminal
         self.population = PopulationStats(prior_sigma=config.within_sigma_prior)
-        # Queues (lazy deletion: an entry is live iff its version matches).
-        self._heap: list[tuple[float, int, int]] = []
-        self._probes: list[tuple[int, int, int]] = []
-        self._fifo: deque[tuple[int, int]] = deque()
-        self._explore: list[tuple[float, int, int]] = []  # unstarted, shortest estimate first
+        self._queues = ReadyQueues(config, self)
+        self._line = FifoLine(self.requests)  # veRL's queue
         self._n_queued = 0
         self._n_finished = 0
         self._since_rekey = 0
         self._dispatches = 0
         self._verl_next = 0
         self._group_keys_depend = config.ordering not in STATIC_ORDERINGS
-        self._group_keyed = config.ordering in GROUP_KEYED_ORDERINGS
-        self._explore_on = config.explore_interval > 0
         self._trace = (
             None if sink is None or isinstance(sink, NullSink) else EventTrace(sink, clock)
         )
@@ -436,9 +423,10 @@ class Scheduler:
         chunk = self.config.chunk_tokens
         rebalance = self.config.rebalance_tokens
         while self._free_slots > 0 and self._n_queued > 0:
-            r = self._pop()
+            r = self._queues.pop(self._dispatches)
             if r < 0:
                 break
+            self._take(r)
             budget = min(chunk, q.max_tokens[r] - q.generated[r])
             ctx = q.prompt[r] + q.generated[r]
             need = ctx + budget
@@ -456,9 +444,7 @@ class Scheduler:
         for r in skipped:  # back in line, keeping their waiting position (and their key)
             self._n_queued += 1
             q.version[r] += 1
-            self._push(r, q.key[r])
-            if self.config.starvation_interval > 0:
-                self._fifo.appendleft((r, q.stamp[r]))
+            self._queues.put_back(r)
         return out
 
     def _schedule_verl(self) -> list[ChunkDecision]:
@@ -467,10 +453,7 @@ class Scheduler:
         live = [i for i, ok in enumerate(self._available) if ok]
         if not live:
             return out
-        while self._fifo:
-            r, stamp = self._fifo.popleft()
-            if stamp != q.stamp[r] or q.phase[r] is not _QUEUED:
-                continue
+        while (r := self._line.pop()) >= 0:
             self._take(r)
             gi = q.group[r]
             rep = self.groups.replica[gi]
@@ -518,55 +501,10 @@ class Scheduler:
         q.version[r] += 1
         q.stamp[r] += 1
         self._n_queued += 1
-        if not self.config.divided or self.config.starvation_interval > 0:
-            self._fifo.append((r, q.stamp[r]))
         if self.config.divided:
-            self._push(r)
-
-    def _push(self, r: int, key: float | None = None) -> None:
-        """(Re-)insert the live key of queued request ``r`` into its priority queue; ``key``:
-        its key as last computed, when nothing it depends on changed since (a request set aside
-        by ``schedule``)."""
-        q = self.requests
-        ver = q.version[r]
-        if q.is_probe[r]:
-            heapq.heappush(self._probes, (q.generated[r], r, ver))
+            self._queues.add(r)
         else:
-            if key is None:
-                key = self._order(self, r)
-                q.key[r] = key
-            heapq.heappush(self._heap, (key, r, ver))
-            if self._explore_on and q.generated[r] == 0:
-                heapq.heappush(self._explore, (-key, r, ver))
-
-    def _pop(self) -> int:
-        """Best live queued request (removed from the queues), or -1."""
-        version = self.requests.version
-        phase = self.requests.phase
-        while self._probes:
-            _, r, ver = heapq.heappop(self._probes)
-            if ver == version[r] and phase[r] is _QUEUED:
-                return self._take(r)
-        ei = self.config.explore_interval
-        if ei > 0 and self._dispatches % ei == ei - 1:
-            explore = self._explore
-            while explore:
-                _, r, ver = heapq.heappop(explore)
-                if ver == version[r] and phase[r] is _QUEUED:
-                    return self._take(r)
-        si = self.config.starvation_interval
-        if si > 0 and self._dispatches % si == si - 1:
-            stamp = self.requests.stamp
-            while self._fifo:
-                r, st = self._fifo.popleft()
-                if st == stamp[r] and phase[r] is _QUEUED:
-                    return self._take(r)
-        heap = self._heap
-        while heap:
-            _, r, ver = heapq.heappop(heap)
-            if ver == version[r] and phase[r] is _QUEUED:
-                return self._take(r)
-        return -1
+            self._line.append(r)
 
     def _take(self, r: int) -> int:
         self.requests.version[r] += 1  # invalidates its other queue entries
@@ -600,78 +538,18 @@ class Scheduler:
         q.compact(keep_r, new_g)
         self.groups.compact(keep_g, new_r)
         self._released_slots = 0
-        # Queues: live entries only, same order.
-        self._fifo = deque(
-            (new_r[r], st) for r, st in self._fifo if r in new_r and st == q.stamp[new_r[r]]
-        )
-        self._probes = [
-            (gen, new_r[r], ver)
-            for gen, r, ver in self._probes
-            if r in new_r and ver == q.version[new_r[r]]
-        ]
-        heapq.heapify(self._probes)
-        self._heap = [
-            (key, new_r[r], ver)
-            for key, r, ver in self._heap
-            if r in new_r and ver == q.version[new_r[r]]
-        ]
-        heapq.heapify(self._heap)
-        self._explore = [
-            (key, new_r[r], ver)
-            for key, r, ver in self._explore
-            if r in new_r and ver == q.version[new_r[r]]
-        ]
-        heapq.heapify(self._explore)
-        if self._order is fifo_key:  # the only key that is the request index: renumber
-            self._heap = [(float(r), r, ver) for _, r, ver in self._heap]
-            heapq.heapify(self._heap)
-            q.key[:] = [float(r) for r in range(len(keep_r))]
-
-    def _rekey(self, requests: Iterable[int], skip: int) -> None:
-        """Recompute the keys of the queued non-probe requests among ``requests`` (but
-        ``skip``); only a key that changed is re-pushed (an unchanged live entry already sits
-        where a fresh one would: same key, same request). Orderings keyed by (group, generated
-        tokens) compute each such pair once."""
-        q = self.requests
-        order = self._order
-        phase = q.phase
-        is_probe = q.is_probe
-        keys = q.key
-        group_of = q.group
-        generated = q.generated
-        memo: dict[tuple[int, int], float] | None = {} if self._group_keyed else None
-        for r in requests:
-            if r == skip or phase[r] is not _QUEUED or is_probe[r]:
-                continue
-            if memo is None:
-                key = order(self, r)
-            else:
-                pair = (group_of[r], generated[r])
-                found = memo.get(pair)
-                if found is None:
-                    found = memo[pair] = order(self, r)
-                key = found
-            if key != keys[r]:
-                q.version[r] += 1
-                keys[r] = key
-                self._push(r, key)
+        self._queues.compact(new_r)
+        self._line.compact(new_r)
 
     def _rekey_group(self, g: GroupStats, skip: int) -> None:
-        self._rekey(g.members, skip)
+        self._queues.rekey(g.members, skip)
 
     def _rekey_all(self) -> None:
         """Population statistics drifted: every queued key is recomputed (each live queued
         non-probe request has exactly one live entry in the main heap)."""
         self._since_rekey = 0
         self.population.refresh()
-        version = self.requests.version
-        live = [r for _, r, ver in self._heap if ver == version[r]]
-        self._rekey(live, skip=-1)
-        if len(self._heap) > 2 * self._n_queued + 64:  # drop the stale entries
-            self._heap = [e for e in self._heap if e[2] == version[e[1]]]
-            heapq.heapify(self._heap)
-            self._explore = [e for e in self._explore if e[2] == version[e[1]]]
-            heapq.heapify(self._explore)
+        self._queues.rekey_all(self._n_queued)
 
     # ------------------------------------------------------------------ views
     def _lookup(self, request_id: str) -> int:

@@ -19,6 +19,7 @@ from core.scheduling import (
     SchedulerConfig,
     get_policy,
 )
+from core.scheduling.ordering import get_ordering
 
 
 def groups(n: int, g: int, max_tokens: int = 100, prompt: int = 10) -> list[GroupSpec]:
@@ -356,10 +357,9 @@ def test_long_running_requests_are_rebalanced_to_the_least_loaded_replica() -> N
 def live_keys(s: Scheduler) -> dict[int, float]:
     """Queued non-probe request -> key of its one live entry in the main queue."""
     out: dict[int, float] = {}
-    for key, r, ver in s._heap:
-        if ver == s.requests.version[r]:
-            assert r not in out, f"two live entries for request {r}"
-            out[r] = key
+    for key, r in s._queues.live_keys():
+        assert r not in out, f"two live entries for request {r}"
+        out[r] = key
     return out
 
 
@@ -372,6 +372,7 @@ def test_queued_keys_are_always_current(ordering: str) -> None:
     lengths = {r: rng.choice([5, 40, 120, 300]) for g in gs for r in g.request_ids}
     cfg = SchedulerConfig(chunk_tokens=32, ordering=ordering, rekey_every=3)
     s = Scheduler(cfg, replicas(3, kv=700, running=4))  # tight KV: chunks are set aside
+    order = get_ordering(ordering)
     s.submit(gs)
     inflight: list[ChunkDecision] = []
     checks = 0
@@ -392,6 +393,6 @@ def test_queued_keys_are_always_current(ordering: str) -> None:
         ]
         assert sorted(keys) == queued
         for r in queued:
-            assert keys[r] == s._order(s, r)
+            assert keys[r] == order(s, r)
             checks += 1
     assert checks > 100
