@@ -1,4 +1,4 @@
-"""The long-lived dispatcher: one core ``Scheduler`` for every rollout job, driven against the
+"""The long-lived dispatcher: one core scheduler for every rollout job, driven against the
 engine replicas by one loop (plain asyncio; the ``SeerScheduler`` deployment wraps it).
 
 Invariants:
@@ -51,9 +51,10 @@ from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
 from core.events import DraftStats, EventSink, GroupInfo, JobFinished, JobStarted
 from core.events import ReplicaLoadSample as LoadSample
+from core.scheduling.base import BaseScheduler
 from core.scheduling.estimate import LengthPrior
+from core.scheduling.factory import make_scheduler
 from core.scheduling.policies import PolicyPlan
-from core.scheduling.scheduler import Scheduler
 from core.scheduling.types import ChunkDecision, ReplicaSpec, RequestPhase
 from core.stats import tail_time
 
@@ -203,10 +204,10 @@ class Dispatcher:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
-    def _new_scheduler(self, plan: PolicyPlan) -> Scheduler:
+    def _new_scheduler(self, plan: PolicyPlan) -> BaseScheduler:
         specs = [self._spec(i) for i in range(len(self.replicas))]
         prior = self.prior if plan.uses_prior else None
-        s = Scheduler(plan.config, specs, prior=prior, sink=self.sink, clock=time.time)
+        s = make_scheduler(plan.config, specs, prior=prior, sink=self.sink, clock=time.time)
         for i, rep in enumerate(self.replicas):
             if rep.state is not ReplicaState.HEALTHY:
                 s.set_replica_available(i, False)

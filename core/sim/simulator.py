@@ -1,13 +1,14 @@
 """Discrete-event simulator of N engine instances driven by the real ``core`` scheduler.
 
 Invariant: virtual time only moves forward, to the earliest pending instance event; at every
-event the instance reports its finished chunks to the *same* ``Scheduler`` class the Serve app
-runs, and whatever that scheduler decides is started at that same instant. The simulator knows
-each request's true length only to decide when its chunk stops (EOS) and to feed the ``oracle``
-ordering; no other policy sees it. Likewise each request's true draft acceptance only decides
-how many tokens it produces per step: the draft-length policy of every instance is given the
-estimate of its own ``AcceptanceEstimator`` (the engines' class), fed by the drafts it verified
-(``core.sim.instance``); ``known_acceptance=True`` hands it the truth instead (a yardstick).
+event the instance reports its finished chunks to the *same* scheduler class the Serve app runs
+(``make_scheduler``), and whatever that scheduler decides is started at that same instant. The
+simulator knows each request's true length only to decide when its chunk stops (EOS) and to feed
+the ``oracle`` ordering; no other policy sees it. Likewise each request's true draft acceptance
+only decides how many tokens it produces per step: the draft-length policy of every instance is
+given the estimate of its own ``AcceptanceEstimator`` (the engines' class), fed by the drafts it
+verified (``core.sim.instance``); ``known_acceptance=True`` hands it the truth instead (a
+yardstick).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from core.scheduling import (
     GroupSpec,
     LengthPrior,
     ReplicaSpec,
-    Scheduler,
     SchedulerConfig,
     get_policy,
+    make_scheduler,
 )
 from core.sim.acceptance import AcceptanceModel, is_reference, paper_model
 from core.sim.cost import CostModel
@@ -149,7 +150,7 @@ def simulate(
         # the previous iteration on the same prompts: same latent group lengths, fresh noise
         earlier = resample_same_prompts(work, seed=prior_seed)
         prior = DictLengthPrior({f"p{g}": row for g, row in enumerate(earlier.lengths)})
-    sched = Scheduler(plan.config, replicas, prior=prior)
+    sched = make_scheduler(plan.config, replicas, prior=prior)
     sched.submit(groups, oracle_lengths=dict(zip(req_ids, true_len, strict=True)))
     acc = acceptance or paper_model()
     chooser = None

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from core.engine.types import FinishReason
 from core.scheduling import (
+    BaseScheduler,
     ChunkDecision,
     DictLengthPrior,
     GroupSpec,
@@ -17,7 +18,9 @@ from core.scheduling import (
     RequestPhase,
     Scheduler,
     SchedulerConfig,
+    VerlScheduler,
     get_policy,
+    make_scheduler,
 )
 from core.scheduling.ordering import get_ordering
 
@@ -34,7 +37,7 @@ def replicas(n: int, kv: int = 10_000, running: int = 8) -> list[ReplicaSpec]:
 
 
 def drive(
-    s: Scheduler,
+    s: BaseScheduler,
     lengths: dict[str, int],
     pick: random.Random | None = None,
 ) -> list[list[ChunkDecision]]:
@@ -191,7 +194,8 @@ def test_starvation_interval_serves_longest_waiting() -> None:
 def test_verl_mode_assigns_whole_groups_round_robin_without_admission() -> None:
     plan = get_policy("verl")
     assert not plan.config.divided and not plan.speculate
-    s = Scheduler(plan.config, [ReplicaSpec("a", 10, 1), ReplicaSpec("b", 10, 1)])
+    s = make_scheduler(plan.config, [ReplicaSpec("a", 10, 1), ReplicaSpec("b", 10, 1)])
+    assert isinstance(s, VerlScheduler)
     s.submit(groups(3, 2, max_tokens=500))
     out = s.schedule()
     assert len(out) == 6  # everything up front, regardless of slots and KV
@@ -288,7 +292,7 @@ def test_random_runs_finish_exactly_and_never_overbook(
     gs = groups(rng.randint(1, 6), rng.randint(1, 5), max_tokens=120)
     lengths = {r: rng.randint(1, 120) for g in gs for r in g.request_ids}
     plan = get_policy(policy, SchedulerConfig(chunk_tokens=chunk, rekey_every=3))
-    s = Scheduler(plan.config, replicas(n_rep, kv=400, running=3))
+    s = make_scheduler(plan.config, replicas(n_rep, kv=400, running=3))
     s.submit(gs, oracle_lengths=lengths)
     drive(s, lengths, rng)
     assert s.done
