@@ -106,12 +106,16 @@ class ReadyQueues:
             self.line.append(r)
         self.push(r)
 
-    def put_back(self, r: int) -> None:
-        """Request ``r``, popped but not dispatched (no replica fits it), goes back where it
-        was: its key as last computed (nothing it depends on changed), the front of the line."""
-        self.push(r, self._requests.key[r])
-        if self.line is not None:
-            self.line.appendleft(r)
+    def put_back(self, skipped: list[int]) -> None:
+        """Requests popped but not dispatched (no replica fits them), queued again: each goes
+        back where it was, a fresh entry (version bumped) with its key as last computed
+        (nothing it depends on changed) and the front of the line, in this order."""
+        version, keys, line, push = self._requests.version, self._requests.key, self.line, self.push
+        for r in skipped:
+            version[r] += 1
+            push(r, keys[r])
+            if line is not None:
+                line.appendleft(r)
 
     def push(self, r: int, key: float | None = None) -> None:
         """(Re-)insert the live entry of queued request ``r`` in its heap; ``key``: its key as

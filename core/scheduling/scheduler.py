@@ -59,34 +59,33 @@ class Scheduler(BaseScheduler):
     def schedule(self) -> list[ChunkDecision]:
         """Dispatch as many queued requests as the replicas can admit, best first."""
         q = self.requests
+        generated, max_tokens, kv_replica = q.generated, q.max_tokens, q.kv_replica
+        pop, take, route = self._queues.pop, self._take, self._route
         out: list[ChunkDecision] = []
         skipped: list[int] = []
         t = self._table
         chunk = self.config.chunk_tokens
         rebalance = self.config.rebalance_tokens
+        threshold = self.config.cache_threshold
         while self._free_slots > 0 and self._n_queued > 0:
-            r = self._queues.pop(self._dispatches)
+            r = pop(self._dispatches)
             if r < 0:
                 break
-            self._take(r)
-            budget = min(chunk, q.max_tokens[r] - q.generated[r])
-            ctx = q.prompt[r] + q.generated[r]
-            need = ctx + budget
-            kv = q.kv_replica[r]
-            if rebalance and q.generated[r] >= rebalance:
-                kv = -1
-            rep = self._route(t, kv, need, self.config.cache_threshold)
-            kv = q.kv_replica[r]
+            take(r)
+            gen = generated[r]
+            budget = min(chunk, max_tokens[r] - gen)
+            need = q.prompt[r] + gen + budget
+            kv = kv_replica[r]
+            rep = route(t, -1 if rebalance and gen >= rebalance else kv, need, threshold)
             if rep < 0:
                 skipped.append(r)
                 if len(skipped) >= _MAX_SKIPS:
                     break
                 continue
             out.append(self._dispatch(r, rep, budget, need, kv))
-        for r in skipped:  # back in line, keeping their waiting position (and their key)
-            self._n_queued += 1
-            q.version[r] += 1
-            self._queues.put_back(r)
+        if skipped:  # back in line, keeping their waiting position (and their key)
+            self._n_queued += len(skipped)
+            self._queues.put_back(skipped)
         return out
 
     # ------------------------------------------------------------------ queues
