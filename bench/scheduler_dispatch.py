@@ -20,9 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.engine.types import FinishReason
+from core.scheduling.base import BaseScheduler
 from core.scheduling.config import SchedulerConfig
+from core.scheduling.factory import make_scheduler
 from core.scheduling.policies import get_policy
-from core.scheduling.scheduler import Scheduler
 from core.scheduling.types import ChunkDecision, GroupSpec, ReplicaSpec
 
 
@@ -38,7 +39,7 @@ class DispatchBench:
         return self.decisions / self.seconds
 
 
-def _complete(s: Scheduler, chunks: list[ChunkDecision], lengths: dict[str, int]) -> None:
+def _complete(s: BaseScheduler, chunks: list[ChunkDecision], lengths: dict[str, int]) -> None:
     """Report ``chunks`` as an engine would: stop at the true length, else a full chunk."""
     for d in chunks:
         left = lengths[d.request_id] - d.generated
@@ -67,7 +68,7 @@ def bench_dispatch(
     lengths = {r: rng.randint(1, 900_000) for g in groups for r in g.request_ids}
     plan = get_policy(policy, SchedulerConfig(chunk_tokens=256))
     reps = [ReplicaSpec(f"r{i}", 10**9, slots) for i in range(replicas)]
-    s = Scheduler(plan.config, reps)
+    s = make_scheduler(plan.config, reps)
     s.submit(groups, oracle_lengths=lengths)
     inflight = s.schedule()
     done = 0
@@ -103,7 +104,7 @@ class LongRunBench:
 
 
 def _serve_rollouts(
-    s: Scheduler,
+    s: BaseScheduler,
     rollouts: int,
     groups: int,
     group_size: int,
@@ -146,10 +147,10 @@ def bench_long_run(
     sequence. Timed pass: decisions/s over the first and last ``window`` rollouts; a second,
     traced pass (tracemalloc): memory held after the first and the last ``window``."""
 
-    def make() -> Scheduler:
+    def make() -> BaseScheduler:
         plan = get_policy(policy, SchedulerConfig(chunk_tokens=256))
         reps = [ReplicaSpec(f"r{i}", 10**7, 64) for i in range(replicas)]
-        return Scheduler(plan.config, reps)
+        return make_scheduler(plan.config, reps)
 
     s = make()
     marks: dict[int, tuple[float, int]] = {}

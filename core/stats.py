@@ -1,5 +1,6 @@
-"""Two-sample tests of the exactness proof: chi-square of categorical samples and
-Kolmogorov-Smirnov of real-valued ones (no scipy on these machines).
+"""Statistics shared by core and the app: the two-sample tests of the exactness proof (chi-square
+of categorical samples, Kolmogorov-Smirnov of real-valued ones; no scipy on these machines) and
+the rollout tail time.
 
 Invariant: ``chi2_sf(x, df)`` is the upper tail P(X >= x) of a chi-square variable with ``df``
 degrees of freedom (the regularized upper incomplete gamma Q(df/2, x/2)), accurate to ~1e-12;
@@ -7,7 +8,8 @@ degrees of freedom (the regularized upper incomplete gamma Q(df/2, x/2)), accura
 categories whose expected count under the pooled distribution is below ``min_expected`` into
 one "other" category so the test's chi-square approximation holds. ``two_sample_ks`` is the
 asymptotic two-sample Kolmogorov-Smirnov test (ties counted once, so a shared atom adds no
-distance).
+distance). ``tail_time`` is the one definition of a rollout's tail (the simulator, the service's
+metrics and the dashboard all use it).
 """
 
 from __future__ import annotations
@@ -139,3 +141,11 @@ def two_sample_ks(a: Iterable[float], b: Iterable[float]) -> float:
         d = max(d, abs(i / n - j / m))
     en = math.sqrt(n * m / (n + m))
     return _kolmogorov_sf(en * d)
+
+
+def tail_time(finish_times: list[float]) -> float:
+    """Time spent on the last 10% of requests to complete."""
+    ts = sorted(finish_times)
+    n = len(ts)
+    k = max(0, math.ceil(0.9 * n) - 1)
+    return ts[-1] - ts[k]

@@ -89,7 +89,7 @@ def run_compare(
     from app.bench.service import ServiceBench
     from app.commands.serve import load_serve_file
     from app.config import AppConfig
-    from core.sim.simulator import tail_time
+    from core.stats import tail_time
 
     base = load_serve_file(config, {"chunk_tokens": chunk_tokens}).config
     # validated per policy before Ray starts (a bad name is an error naming it)

@@ -200,7 +200,8 @@ def run_e2e(
     from app.engines.sim.workload import sim_workload
     from core.scheduling import DictLengthPrior, get_policy
     from core.sim.epochs import epoch_workload
-    from core.sim.simulator import simulate, tail_time
+    from core.sim.simulator import simulate
+    from core.stats import tail_time
 
     if iterations < 1:
         raise ValueError(f"iterations={iterations} must be >= 1")

@@ -82,7 +82,7 @@ def simulate(
     requests) and the lower bound max(total work / instances, longest request alone); a
     policy that speculates is held to the same bound with speculation at its best.
 
-    The simulator drives the same core.scheduling.Scheduler the service runs; the cost model
+    The simulator drives the same core.scheduling scheduler the service runs; the cost model
     is calibrated so that verl reproduces the paper's veRL rollout times (docs/simulator.md).
     """
     from core.sim.report import SimulationRequest, run_simulation

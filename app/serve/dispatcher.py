@@ -1,4 +1,4 @@
-"""The long-lived dispatcher: one core ``Scheduler`` for every rollout job, driven against the
+"""The long-lived dispatcher: one core scheduler for every rollout job, driven against the
 engine replicas by one loop (plain asyncio; the ``SeerScheduler`` deployment wraps it).
 
 Invariants:
@@ -58,11 +58,12 @@ from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, FinishReason
 from core.events import DraftStats, EventSink, GroupInfo, JobFinished, JobStarted
 from core.events import ReplicaLoadSample as LoadSample
+from core.scheduling.base import BaseScheduler
 from core.scheduling.estimate import LengthPrior
+from core.scheduling.factory import make_scheduler
 from core.scheduling.policies import PolicyPlan
-from core.scheduling.scheduler import Scheduler
 from core.scheduling.types import ChunkDecision, RequestPhase
-from core.sim.simulator import tail_time
+from core.stats import tail_time
 
 log = logging.getLogger("seer.dispatcher")
 
@@ -143,10 +144,10 @@ class Dispatcher:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
-    def _new_scheduler(self, plan: PolicyPlan) -> Scheduler:
+    def _new_scheduler(self, plan: PolicyPlan) -> BaseScheduler:
         specs = [self.pool.spec(i) for i in range(len(self.pool))]
         prior = self.prior if plan.uses_prior else None
-        s = Scheduler(plan.config, specs, prior=prior, sink=self.sink, clock=time.time)
+        s = make_scheduler(plan.config, specs, prior=prior, sink=self.sink, clock=time.time)
         for i, rep in enumerate(self.pool.replicas):
             if rep.state is not ReplicaState.HEALTHY:
                 s.set_replica_available(i, False)

@@ -138,7 +138,7 @@ class JobTiming:
 
     @property
     def tail_s(self) -> float:
-        """Time spent on the last 10% of requests (as ``core.sim.simulator.tail_time``)."""
+        """Time spent on the last 10% of requests (as ``core.stats.tail_time``)."""
         return self.last_finish - self.tail_start
 
 

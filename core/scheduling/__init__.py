@@ -1,7 +1,11 @@
-"""Scheduling policies and the divided-rollout scheduler (pure, synchronous)."""
+"""Scheduling policies and the rollout schedulers (pure, synchronous): the divided-rollout
+``Scheduler`` and the ``VerlScheduler`` baseline, both ``BaseScheduler``s, built from a config by
+``make_scheduler``."""
 
+from core.scheduling.base import BaseScheduler
 from core.scheduling.config import DEFAULT_CHUNK_TOKENS, SchedulerConfig
 from core.scheduling.estimate import DictLengthPrior, LengthPrior
+from core.scheduling.factory import make_scheduler
 from core.scheduling.policies import POLICIES, PolicyPlan, get_policy
 from core.scheduling.scheduler import Scheduler
 from core.scheduling.types import (
@@ -11,11 +15,12 @@ from core.scheduling.types import (
     ReplicaSpec,
     RequestPhase,
 )
-from core.scheduling.verl import GroupAssignment, verl_assign
+from core.scheduling.verl import GroupAssignment, VerlScheduler, verl_assign
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
     "POLICIES",
+    "BaseScheduler",
     "ChunkDecision",
     "DictLengthPrior",
     "GroupAssignment",
@@ -27,6 +32,8 @@ __all__ = [
     "RequestPhase",
     "Scheduler",
     "SchedulerConfig",
+    "VerlScheduler",
     "get_policy",
+    "make_scheduler",
     "verl_assign",
 ]

@@ -11,19 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from core.scheduling.estimate import GroupStats, PopulationStats, context_remaining
+from core.scheduling.estimate import PopulationStats, context_remaining
 
 if TYPE_CHECKING:  # config.py checks ordering names against ORDERINGS: no import back
     from core.scheduling.config import SchedulerConfig
+    from core.scheduling.tables import GroupTable, RequestTable
 
 
 class OrderingState(Protocol):
-    """The part of the scheduler state an ordering may read."""
+    """The part of the scheduler state an ordering may read (of the tables: a request's
+    ``generated`` tokens and ``group``, a group's ``stats``)."""
 
     config: SchedulerConfig
-    generated: list[int]
-    group_of: list[int]
-    groups: list[GroupStats]
+    requests: RequestTable
+    groups: GroupTable
     population: PopulationStats
     oracle_lengths: Sequence[int] | None
 
@@ -39,15 +40,15 @@ def fifo_key(state: OrderingState, r: int) -> float:
 def context_max_key(state: OrderingState, r: int) -> float:
     """Paper's Algorithm 2: largest estimated group length first, estimate = max finished
     sibling (the cap until one finishes), raised by the furthest sibling progress."""
-    return -float(state.groups[state.group_of[r]].paper_estimate())
+    return -float(state.groups.stats[state.requests.group[r]].paper_estimate())
 
 
 def context_hedge_key(state: OrderingState, r: int) -> float:
     """``context-hedge``: largest hedged estimate of the request's own *total* length first
     (group evidence + prior + its own progress; see ``core.scheduling.estimate``). A request
     that keeps running only climbs, so chunk boundaries do not shuffle running requests."""
-    g = state.groups[state.group_of[r]]
-    y = state.generated[r]
+    g = state.groups.stats[state.requests.group[r]]
+    y = state.requests.generated[r]
     return -(context_remaining(g, state.population, y, state.config.hedge_quantile) + y)
 
 
@@ -55,7 +56,7 @@ def breadth_first_key(state: OrderingState, r: int) -> float:
     """Least attained service first: the request with the fewest generated tokens (ties by
     submission order). Every request gets its first chunk before any gets a second, and so on:
     all requests progress together, so runaway responses are running from the start."""
-    return float(state.generated[r])
+    return float(state.requests.generated[r])
 
 
 def context_key(state: OrderingState, r: int) -> float:
@@ -65,8 +66,8 @@ def context_key(state: OrderingState, r: int) -> float:
     requests of groups with no finished sibling yet (the estimate starts at the cap) and of
     groups whose evidence says they run to the cap; everything else progresses together, so
     no request, a runaway response included, is left unstarted until late."""
-    g = state.groups[state.group_of[r]]
-    y = state.generated[r]
+    g = state.groups.stats[state.requests.group[r]]
+    y = state.requests.generated[r]
     total = y + context_remaining(g, state.population, y, state.config.hedge_quantile)
     if total >= state.config.promote_fraction * g.cap:
         return -total
@@ -80,9 +81,9 @@ def oracle_cap_key(state: OrderingState, r: int) -> float:
     ``context`` and ``oracle`` is identifying the long responses."""
     if state.oracle_lengths is None:
         raise ValueError("ordering 'oracle-cap' needs oracle_lengths (the true output lengths)")
-    cap = state.groups[state.group_of[r]].cap
+    cap = state.groups.stats[state.requests.group[r]].cap
     true = state.oracle_lengths[r]
-    y = state.generated[r]
+    y = state.requests.generated[r]
     if true >= state.config.promote_fraction * cap:
         return -float(cap + true - y)
     return float(y)
@@ -93,7 +94,7 @@ def oracle_key(state: OrderingState, r: int) -> float:
     a real service can run)."""
     if state.oracle_lengths is None:
         raise ValueError("ordering 'oracle' needs oracle_lengths (the true output lengths)")
-    return -float(state.oracle_lengths[r] - state.generated[r])
+    return -float(state.oracle_lengths[r] - state.requests.generated[r])
 
 
 def oracle_group_key(state: OrderingState, r: int) -> float:
@@ -103,7 +104,7 @@ def oracle_group_key(state: OrderingState, r: int) -> float:
     if state.oracle_lengths is None:
         raise ValueError("ordering 'oracle-group' needs oracle_lengths (the true output lengths)")
     lens = state.oracle_lengths
-    return -float(max(lens[m] for m in state.groups[state.group_of[r]].members))
+    return -float(max(lens[m] for m in state.groups.stats[state.requests.group[r]].members))
 
 
 ORDERINGS: dict[str, OrderingFn] = {

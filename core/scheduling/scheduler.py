@@ -1,804 +1,113 @@
 """The divided-rollout scheduler: a pure state machine shared by the Serve app and the simulator.
 
-Invariant: every request is in exactly one phase (QUEUED, RUNNING, FINISHED); a RUNNING request
-has exactly one chunk in flight, on one replica, whose KV reservation (prompt + generated +
-chunk budget) is counted on that replica until the chunk is reported back; in divided mode a
-chunk is dispatched only where the reservation fits, so the scheduler never causes preemption.
-A chunk continues the request where the previous one stopped; the request is re-queued after
-each chunk until EOS or its own max_tokens. Dispatch order: probes first (smallest generated
-first), then every ``explore_interval``-th slot to the shortest-looking unstarted request, every
-``starvation_interval``-th slot to the longest-waiting request, otherwise the ordering policy's
-smallest key. Routing: the configured routing policy, except that a request with at least
+Invariant (beyond ``core.scheduling.base``'s): a chunk is dispatched only where its KV
+reservation (prompt + generated + chunk budget, at most ``chunk_tokens`` new tokens) fits and a
+slot is free, so the scheduler never causes preemption. Dispatch order: probes first (smallest
+generated first), then every ``explore_interval``-th slot to the shortest-looking unstarted
+request, every ``starvation_interval``-th slot to the longest-waiting request, otherwise the
+ordering policy's smallest key (``queues.ReadyQueues``; every queued key is current: it is
+re-keyed whenever the group evidence it reads changes, and all of them every ``rekey_every``
+finished requests). Routing: the configured routing policy, except that a request with at least
 ``rebalance_tokens`` generated is routed as if it held no KV (least-loaded replica that fits).
-
-Long-lived use (one scheduler for every rollout of a service): groups may be submitted at any
-time; ``cancel`` ends a group's requests (queued ones at once, running ones when their chunk is
-reported); ``release`` drops a group whose requests are all terminal, and the per-request arrays
-are compacted once released slots outnumber live ones, so memory and the cost of a decision
-depend on the work in the scheduler, not on what it has served. A replica taken out of
-rotation (``set_replica_available``) gets no chunk until it is back; its chunks in flight are
-reported by the caller (``ABORT`` keeps the tokens they returned) and re-queued.
-
-Driving it (the caller owns time and engines):
-``submit(groups)`` -> ``schedule()`` -> run each ``ChunkDecision`` -> ``complete(...)`` ->
-``schedule()`` ... until ``done``.
 """
 
 from __future__ import annotations
 
-import heapq
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
 
-from core.engine.types import FinishReason
-from core.events import EventSink, NullSink
+from core.events import EventSink
+from core.scheduling.base import DEFAULT_COMPACT_AFTER, BaseScheduler
 from core.scheduling.config import SchedulerConfig
-from core.scheduling.estimate import GroupStats, LengthPrior, PopulationStats
-from core.scheduling.ordering import (
-    GROUP_KEYED_ORDERINGS,
-    ORACLE_ORDERINGS,
-    STATIC_ORDERINGS,
-    fifo_key,
-    get_ordering,
-)
-from core.scheduling.routing import ReplicaTable, get_routing
-from core.scheduling.trace import EventTrace
-from core.scheduling.types import (
-    ChunkDecision,
-    GroupSpec,
-    ReplicaLoad,
-    ReplicaSpec,
-    RequestPhase,
-)
-from core.scheduling.verl import verl_assign
+from core.scheduling.estimate import GroupStats, LengthPrior
+from core.scheduling.ordering import ORACLE_ORDERINGS, STATIC_ORDERINGS
+from core.scheduling.queues import ReadyQueues
+from core.scheduling.routing import get_routing
+from core.scheduling.types import ChunkDecision, ReplicaSpec
 
-_QUEUED = RequestPhase.QUEUED
-_RUNNING = RequestPhase.RUNNING
-_FINISHED = RequestPhase.FINISHED
-_CANCELLED = RequestPhase.CANCELLED
-_TERMINAL = (_FINISHED, _CANCELLED)
-_T = TypeVar("_T")
 _MAX_SKIPS = 8  # queued requests set aside per schedule() call when no replica fits them
 
 
-class Scheduler:
-    """Divided rollout + context-aware ordering (or the veRL baseline when not divided)."""
+class Scheduler(BaseScheduler):
+    """Divided rollout + context-aware ordering (the policies with ``config.divided``)."""
 
     def __init__(
         self,
         config: SchedulerConfig,
         replicas: Sequence[ReplicaSpec],
         prior: LengthPrior | None = None,
-        compact_after: int = 4096,
+        compact_after: int = DEFAULT_COMPACT_AFTER,
         sink: EventSink | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``compact_after`` (>= 1): compact the per-request arrays once at least this many
-        slots (and at least as many as are live) belong to released groups. ``sink`` receives
-        ``core.events`` records (chunk done, request finished, group estimate, group finished)
-        stamped with ``clock()``; None or a ``NullSink``: no event is built."""
-        if not replicas:
-            raise ValueError("need at least one replica")
-        ids = [r.replica_id for r in replicas]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"duplicate replica ids in {ids}")
-        if compact_after < 1:
-            raise ValueError(f"compact_after={compact_after} must be >= 1")
-        self.config = config
-        self.replicas = list(replicas)
-        self._compact_after = compact_after
-        self._available = [True] * len(replicas)
-        self.prior = prior
-        self._order = get_ordering(config.ordering)
+        """See ``BaseScheduler``; ``config.divided`` must be set (else ``make_scheduler``
+        builds the ``VerlScheduler`` it asks for)."""
+        if not config.divided:
+            raise ValueError(
+                "config.divided is False (the veRL baseline): build it with make_scheduler"
+            )
+        super().__init__(config, replicas, prior, compact_after, sink, clock)
         self._route = get_routing(config.routing)
-        self._table = ReplicaTable(
-            capacity=[r.kv_capacity_tokens for r in replicas],
-            max_running=[r.max_running for r in replicas],
-            running=[0] * len(replicas),
-            reserved=[0] * len(replicas),
+        self._needs_oracle = config.ordering in ORACLE_ORDERINGS
+        self.oracle_lengths: Sequence[int] | None = (
+            self.requests.oracle if self._needs_oracle else None
         )
-        self._free_slots = sum(r.max_running for r in replicas)
-        # Per-request state, indexed by submission order.
-        self.request_ids: list[str] = []
-        self._index: dict[str, int] = {}
-        self.group_of: list[int] = []
-        self.generated: list[int] = []
-        self.phase: list[RequestPhase] = []
-        self.is_probe: list[bool] = []
-        self._max_tokens: list[int] = []
-        self._prompt: list[int] = []
-        self._version: list[int] = []
-        self._stamp: list[int] = []  # times enqueued; identifies the live FIFO entry
-        self._kv_replica: list[int] = []
-        self._chunk_replica: list[int] = []
-        self._chunk_budget: list[int] = []
-        self._chunk_reserve: list[int] = []
-        self._key: list[float] = []  # ordering key of a queued non-probe request, as pushed
-        self._oracle: list[int] = []
-        self._cancelled: list[bool] = []  # cancelled one by one (cancel_requests)
-        self.oracle_lengths: Sequence[int] | None = None
-        # Per-group state.
-        self.group_ids: list[str] = []
-        self._group_pos: dict[str, int] = {}  # group id -> index into the group arrays
-        self.groups: list[GroupStats] = []
-        self._group_replica: list[int] = []
-        self._group_open: list[int] = []  # members not yet terminal
-        self._group_cancelled: list[bool] = []
-        self._group_released: list[bool] = []
-        self._released_slots = 0  # request slots of released groups (until compaction)
-        self._n_open = 0  # requests not yet terminal
-        self.population = PopulationStats(prior_sigma=config.within_sigma_prior)
-        # Queues (lazy deletion: an entry is live iff its version matches).
-        self._heap: list[tuple[float, int, int]] = []
-        self._probes: list[tuple[int, int, int]] = []
-        self._fifo: deque[tuple[int, int]] = deque()
-        self._explore: list[tuple[float, int, int]] = []  # unstarted, shortest estimate first
-        self._n_queued = 0
-        self._n_finished = 0
-        self._since_rekey = 0
-        self._dispatches = 0
-        self._verl_next = 0
         self._group_keys_depend = config.ordering not in STATIC_ORDERINGS
-        self._group_keyed = config.ordering in GROUP_KEYED_ORDERINGS
-        self._explore_on = config.explore_interval > 0
-        self._trace = (
-            None if sink is None or isinstance(sink, NullSink) else EventTrace(sink, clock)
-        )
+        self._rekeyed_at = 0  # finished requests when every key was last recomputed
+        self._queues = ReadyQueues(config, self)
 
-    # ------------------------------------------------------------------ inputs
-    def submit(
-        self, groups: Sequence[GroupSpec], oracle_lengths: Mapping[str, int] | None = None
-    ) -> None:
-        """Queue new groups. ``oracle_lengths`` (request_id -> true length) is required by the
-        ``oracle`` ordering and ignored otherwise."""
-        need_oracle = self.config.ordering in ORACLE_ORDERINGS and self.config.divided
-        seen: set[str] = set()
-        seen_r: set[str] = set()
-        for spec in groups:
-            if spec.group_id in seen or spec.group_id in self._group_pos:
-                raise ValueError(f"group {spec.group_id!r} submitted twice")
-            seen.add(spec.group_id)
-            for rid in spec.request_ids:
-                if rid in self._index or rid in seen_r:
-                    raise ValueError(f"request {rid!r} submitted twice")
-                seen_r.add(rid)
-                if need_oracle and (oracle_lengths is None or rid not in oracle_lengths):
-                    raise ValueError(
-                        f"ordering {self.config.ordering!r} needs the true length of {rid!r}"
-                    )
-                if need_oracle and oracle_lengths is not None:
-                    true = oracle_lengths[rid]
-                    if not 1 <= true <= spec.max_tokens:
-                        raise ValueError(
-                            f"oracle length of {rid!r} is {true}, outside [1, {spec.max_tokens}]"
-                        )
-        new_groups: list[int] = []
-        for spec in groups:
-            gi = len(self.groups)
-            stats = GroupStats(cap=spec.max_tokens)
-            if self.prior is not None:
-                recorded = self.prior.lengths(spec.prompt_key or spec.group_id)
-                if recorded:
-                    stats.seed_prior(
-                        [min(x, spec.max_tokens) for x in recorded], self.config.prior_weight
-                    )
-            self.groups.append(stats)
-            self.group_ids.append(spec.group_id)
-            self._group_pos[spec.group_id] = gi
-            self._group_replica.append(-1)
-            self._group_open.append(len(spec.request_ids))
-            self._group_cancelled.append(False)
-            self._group_released.append(False)
-            self._n_open += len(spec.request_ids)
-            if self._trace is not None:
-                key = spec.prompt_key or spec.group_id
-                self._trace.submitted(spec.group_id, key, spec.request_ids)
-            new_groups.append(gi)
-            for k, rid in enumerate(spec.request_ids):
-                oracle = spec.max_tokens
-                if need_oracle and oracle_lengths is not None:
-                    oracle = oracle_lengths[rid]
-                probe = self.config.probes and k == 0
-                self._add_request(gi, rid, spec.max_tokens, spec.prompt_tokens, probe, oracle)
-        if need_oracle:
-            self.oracle_lengths = self._oracle
-        if not self.config.divided:
-            ids = [self.group_ids[g] for g in new_groups]
-            n = len(self.replicas)
-            for a, gi in zip(verl_assign(ids, n, self._verl_next % n), new_groups, strict=True):
-                self._group_replica[gi] = a.replica
-            self._verl_next += len(new_groups)  # the next submission continues the rotation
-        for gi in new_groups:
-            for r in self.groups[gi].members:
-                self._enqueue(r)
-
-    def complete(
-        self, request_id: str, new_tokens: int, finish_reason: FinishReason, drafted: int = 0
-    ) -> bool:
-        """Record what one in-flight chunk produced; returns True when the request finished.
-
-        ``finish_reason`` STOP/LENGTH finish the request, CHUNK re-queues it (it must then have
-        used its whole chunk budget), ABORT re-queues it keeping the tokens it produced.
-        ``drafted``: draft tokens the engine proposed in it (recorded in the event trace only)."""
-        r = self._lookup(request_id)
-        if self.phase[r] is not _RUNNING:
-            raise ValueError(
-                f"request {request_id!r} has no chunk in flight (it is {self.phase[r].value})"
-            )
-        budget = self._chunk_budget[r]
-        if not 0 <= new_tokens <= budget:
-            raise ValueError(
-                f"request {request_id!r}: new_tokens={new_tokens} outside [0, {budget}] "
-                "(the chunk's budget)"
-            )
-        if finish_reason is FinishReason.CHUNK and new_tokens != budget:
-            raise ValueError(
-                f"request {request_id!r}: finish 'chunk' after {new_tokens} tokens, budget {budget}"
-            )
-        gen = self.generated[r] + new_tokens
-        finished = finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
-        finished = finished or gen >= self._max_tokens[r]
-        if finished and gen < 1:
-            raise ValueError(f"request {request_id!r} finished with 0 generated tokens")
-        rep = self._chunk_replica[r]
-        t = self._table
-        t.add(rep, -1, -self._chunk_reserve[r])
-        if t.running[rep] < t.max_running[rep]:
-            self._free_slots += 1
-        self._chunk_reserve[r] = 0
-        self._kv_replica[r] = rep
-        self.generated[r] = gen
-        gi = self.group_of[r]
-        trace = self._trace
-        if trace is not None:
-            trace.chunk_done(
-                request_id, new_tokens, gen, finish_reason.value, self.is_probe[r], drafted
-            )
-        if self._group_cancelled[gi] or self._cancelled[r]:
-            self._terminate(r, _CANCELLED)
-            if trace is not None and self._group_open[gi] == 0:
-                trace.group_ended(self.group_ids[gi])
-            return False
-        g = self.groups[gi]
-        before = (g.log_mean(), g.paper_estimate())
-        if finished:
-            stop = finish_reason is FinishReason.STOP and gen < self._max_tokens[r]
-            self._terminate(r, _FINISHED, "stop" if stop else "length")
-            self.population.observe_finished(g, gen)
-            g.set_running_max(
-                max(
-                    (self.generated[m] for m in g.members if self.phase[m] is not _FINISHED),
-                    default=0,
-                )
-            )
-            self.is_probe[r] = False
-            self._n_finished += 1
-            self._since_rekey += 1
-            if trace is not None:
-                trace.estimate(self.group_ids[gi], g)
-                if self._group_open[gi] == 0:
-                    trace.group_ended(self.group_ids[gi])
-        else:
-            g.observe_progress(gen)
-            self._enqueue(r)
-        if self._group_keys_depend:
-            if self._since_rekey >= self.config.rekey_every:
-                self._rekey_all()
-            elif (g.log_mean(), g.paper_estimate()) != before:
-                self._rekey_group(g, skip=r)
-        return finished
-
-    def report_progress(self, request_id: str, generated: int) -> None:
-        """Optional streaming update of a running request's progress (a lower bound on its
-        group's length); never lowers what is known."""
-        r = self._lookup(request_id)
-        if generated > self._max_tokens[r]:
-            raise ValueError(
-                f"request {request_id!r}: generated={generated} > max_tokens={self._max_tokens[r]}"
-            )
-        g = self.groups[self.group_of[r]]
-        if generated > g.running_max:
-            before = (g.log_mean(), g.paper_estimate())
-            g.observe_progress(generated)
-            if self._group_keys_depend and (g.log_mean(), g.paper_estimate()) != before:
-                self._rekey_group(g, skip=-1)
-
-    def cancel(self, group_ids: Sequence[str]) -> list[str]:
-        """Cancel groups: their queued requests end at once (``CANCELLED``); returns the ids of
-        their requests with a chunk in flight, which the caller aborts and reports through
-        ``complete`` (any finish reason; their tokens are dropped and they end ``CANCELLED``).
-        Their KV reservations stay counted until then, so admission never over-commits."""
-        idx = [self._group_index(gid) for gid in group_ids]
-        running: list[str] = []
-        for gi in idx:
-            if self._group_cancelled[gi]:
-                continue
-            self._group_cancelled[gi] = True
-            was_open = self._group_open[gi] > 0
-            for r in self.groups[gi].members:
-                if self.phase[r] is _QUEUED:
-                    self._n_queued -= 1
-                    self._terminate(r, _CANCELLED)
-                elif self.phase[r] is _RUNNING:
-                    running.append(self.request_ids[r])
-            if self._trace is not None and was_open and self._group_open[gi] == 0:
-                self._trace.group_ended(self.group_ids[gi])
-        return running
-
-    def join(self, group_id: str, request_ids: Sequence[str], max_tokens: int) -> None:
-        """Add requests to an open group (siblings that arrive separately, e.g. one agent-loop
-        sample per call): they share the group's length estimate and ordering from then on.
-        The group must be known, not cancelled and not yet done (a done group is released by
-        its owner; later siblings start a new group)."""
-        gi = self._group_index(group_id)
-        if self._group_cancelled[gi] or self._group_open[gi] == 0:
-            state = "cancelled" if self._group_cancelled[gi] else "done"
-            raise ValueError(f"group {group_id!r} is {state}; it cannot take new requests")
-        if not request_ids:
-            raise ValueError(f"join of group {group_id!r} names no request")
-        if max_tokens < 1:
-            raise ValueError(f"join of group {group_id!r}: max_tokens={max_tokens} < 1")
-        if self.config.ordering in ORACLE_ORDERINGS and self.config.divided:
-            raise ValueError(f"ordering {self.config.ordering!r} cannot take joined requests")
-        if len(set(request_ids)) != len(request_ids):
-            raise ValueError(f"join of group {group_id!r} has duplicate request_ids")
-        for rid in request_ids:
-            if rid in self._index:
-                raise ValueError(f"request {rid!r} submitted twice")
-        stats = self.groups[gi]
-        prompt = self._prompt[stats.members[0]]
-        self._group_open[gi] += len(request_ids)
-        self._n_open += len(request_ids)
-        if self._trace is not None:
-            self._trace.joined(group_id, request_ids)
-        for rid in request_ids:
-            self._enqueue(self._add_request(gi, rid, max_tokens, prompt, False, max_tokens))
-
-    def _add_request(
-        self, gi: int, rid: str, max_tokens: int, prompt: int, probe: bool, oracle: int
-    ) -> int:
-        """Append request ``rid`` of group ``gi`` to every per-request array (not queued)."""
-        r = len(self.request_ids)
-        self.request_ids.append(rid)
-        self._index[rid] = r
-        self.group_of.append(gi)
-        self.generated.append(0)
-        self.phase.append(_QUEUED)
-        self.is_probe.append(probe)
-        self._max_tokens.append(max_tokens)
-        self._prompt.append(prompt)
-        self._version.append(0)
-        self._stamp.append(0)
-        self._kv_replica.append(-1)
-        self._chunk_replica.append(-1)
-        self._chunk_budget.append(0)
-        self._chunk_reserve.append(0)
-        self._key.append(0.0)
-        self._cancelled.append(False)
-        self._oracle.append(oracle)
-        self.groups[gi].members.append(r)
-        return r
-
-    def cancel_requests(self, request_ids: Sequence[str]) -> list[str]:
-        """Cancel single requests (their group goes on): like ``cancel`` for groups, queued
-        ones end at once and the ids of those with a chunk in flight are returned, to be aborted
-        and reported through ``complete``. Requests already terminal are skipped."""
-        running: list[str] = []
-        for rid in request_ids:
-            r = self._lookup(rid)
-            if self._cancelled[r] or self.phase[r] in _TERMINAL:
-                continue
-            self._cancelled[r] = True
-            gi = self.group_of[r]
-            if self.phase[r] is _QUEUED:
-                self._n_queued -= 1
-                self._terminate(r, _CANCELLED)
-                if self._trace is not None and self._group_open[gi] == 0:
-                    self._trace.group_ended(self.group_ids[gi])
-            else:
-                running.append(rid)
-        return running
-
-    def restart(self, request_id: str) -> None:
-        """Start a queued request over from its prompt, forgetting its generated tokens (its
-        group's estimates keep what they learned). For a change of the policy's weights: a
-        response never mixes tokens of two versions."""
-        r = self._lookup(request_id)
-        if self.phase[r] is not _QUEUED:
-            raise ValueError(
-                f"request {request_id!r} is {self.phase[r].value}; only a queued one restarts"
-            )
-        if self.generated[r] == 0:
-            return
-        self.generated[r] = 0
-        self._kv_replica[r] = -1
-        self._n_queued -= 1  # re-enqueued below with a fresh key
-        self._enqueue(r)
-
-    def set_policy_version(self, version: int) -> None:
-        """Tag the requests that finish from now on (events) with the weights ``version``; the
-        caller restarts the requests cut by the change (``restart``)."""
-        if self._trace is not None:
-            self._trace.policy_version = version
-
-    def group_done(self, group_id: str) -> bool:
-        """True when every request of the group is terminal (finished or cancelled)."""
-        return self._group_open[self._group_index(group_id)] == 0
-
-    def release(self, group_id: str) -> None:
-        """Drop a group whose requests are all terminal: its ids become unknown and its slots
-        are reclaimed by the next compaction (what it taught the estimates is kept)."""
-        gi = self._group_index(group_id)
-        if self._group_open[gi]:
-            raise ValueError(
-                f"group {group_id!r} still has {self._group_open[gi]} unfinished requests"
-            )
-        self._group_released[gi] = True
-        del self._group_pos[group_id]
-        g = self.groups[gi]
-        for r in g.members:
-            del self._index[self.request_ids[r]]
-        self._released_slots += len(g.members)
-        if self._released_slots >= max(self._compact_after, len(self.request_ids) // 2):
-            self._compact()
-
-    def set_replica_available(
-        self, replica: int, available: bool, spec: ReplicaSpec | None = None
-    ) -> None:
-        """Take replica index ``replica`` out of rotation (no new chunk goes there; chunks in
-        flight on it are still reported by the caller) or put it back, optionally with a new
-        capacity (a restarted engine may report another KV size)."""
-        if not 0 <= replica < len(self.replicas):
-            raise ValueError(f"replica index {replica} outside [0, {len(self.replicas)})")
-        if spec is not None:
-            if spec.replica_id != self.replicas[replica].replica_id:
-                raise ValueError(
-                    f"replica {replica} is {self.replicas[replica].replica_id!r}, "
-                    f"not {spec.replica_id!r}"
-                )
-            self.replicas[replica] = spec
-        self._available[replica] = available
-        t = self._table
-        spec = self.replicas[replica]
-        t.set_limits(replica, spec.kv_capacity_tokens, spec.max_running if available else 0)
-        self._free_slots = sum(max(0, m - n) for m, n in zip(t.max_running, t.running, strict=True))
-
-    # ------------------------------------------------------------------ decisions
     def schedule(self) -> list[ChunkDecision]:
         """Dispatch as many queued requests as the replicas can admit, best first."""
-        if not self.config.divided:
-            return self._schedule_verl()
+        q = self.requests
+        generated, max_tokens, kv_replica = q.generated, q.max_tokens, q.kv_replica
+        pop, take, route = self._queues.pop, self._take, self._route
         out: list[ChunkDecision] = []
         skipped: list[int] = []
         t = self._table
         chunk = self.config.chunk_tokens
         rebalance = self.config.rebalance_tokens
+        threshold = self.config.cache_threshold
         while self._free_slots > 0 and self._n_queued > 0:
-            r = self._pop()
+            r = pop(self._dispatches)
             if r < 0:
                 break
-            budget = min(chunk, self._max_tokens[r] - self.generated[r])
-            ctx = self._prompt[r] + self.generated[r]
-            need = ctx + budget
-            kv = self._kv_replica[r]
-            if rebalance and self.generated[r] >= rebalance:
-                kv = -1
-            rep = self._route(t, kv, need, self.config.cache_threshold)
-            kv = self._kv_replica[r]
+            take(r)
+            gen = generated[r]
+            budget = min(chunk, max_tokens[r] - gen)
+            need = q.prompt[r] + gen + budget
+            kv = kv_replica[r]
+            rep = route(t, -1 if rebalance and gen >= rebalance else kv, need, threshold)
             if rep < 0:
                 skipped.append(r)
                 if len(skipped) >= _MAX_SKIPS:
                     break
                 continue
             out.append(self._dispatch(r, rep, budget, need, kv))
-        for r in skipped:  # back in line, keeping their waiting position (and their key)
-            self._n_queued += 1
-            self._version[r] += 1
-            self._push(r, self._key[r])
-            if self.config.starvation_interval > 0:
-                self._fifo.appendleft((r, self._stamp[r]))
+        if skipped:  # back in line, keeping their waiting position (and their key)
+            self._n_queued += len(skipped)
+            self._queues.put_back(skipped)
         return out
-
-    def _schedule_verl(self) -> list[ChunkDecision]:
-        out: list[ChunkDecision] = []
-        live = [i for i, ok in enumerate(self._available) if ok]
-        if not live:
-            return out
-        while self._fifo:
-            r, stamp = self._fifo.popleft()
-            if stamp != self._stamp[r] or self.phase[r] is not _QUEUED:
-                continue
-            self._take(r)
-            gi = self.group_of[r]
-            rep = self._group_replica[gi]
-            if not self._available[rep]:  # its replica left rotation: the group moves, whole
-                rep = live[self._verl_next % len(live)]
-                self._verl_next += 1
-                self._group_replica[gi] = rep
-            budget = self._max_tokens[r] - self.generated[r]
-            need = self._prompt[r] + self._max_tokens[r]
-            out.append(self._dispatch(r, rep, budget, need, self._kv_replica[r]))
-        return out
-
-    def _dispatch(self, r: int, rep: int, budget: int, need: int, kv: int) -> ChunkDecision:
-        t = self._table
-        if t.running[rep] < t.max_running[rep]:
-            self._free_slots -= 1
-        t.add(rep, 1, need)
-        self._dispatches += 1
-        self.phase[r] = _RUNNING
-        self._version[r] += 1
-        self._chunk_replica[r] = rep
-        self._chunk_budget[r] = budget
-        self._chunk_reserve[r] = need
-        gen = self.generated[r]
-        migrate = self._prompt[r] + gen if (kv >= 0 and kv != rep) else 0
-        probe = self.is_probe[r]
-        if self._trace is not None:
-            self._trace.dispatched(self.request_ids[r], self.replicas[rep].replica_id)
-        return ChunkDecision(
-            request_id=self.request_ids[r],
-            group_id=self.group_ids[self.group_of[r]],
-            replica=rep,
-            generated=gen,
-            max_new_tokens=budget,
-            priority=0 if probe else 1,
-            is_probe=probe,
-            migrate_tokens=migrate,
-        )
 
     # ------------------------------------------------------------------ queues
-    def _enqueue(self, r: int) -> None:
-        self.phase[r] = _QUEUED
-        self._version[r] += 1
-        self._stamp[r] += 1
-        self._n_queued += 1
-        if not self.config.divided or self.config.starvation_interval > 0:
-            self._fifo.append((r, self._stamp[r]))
-        if self.config.divided:
-            self._push(r)
+    def _queue(self, r: int) -> None:
+        self._queues.add(r)
 
-    def _push(self, r: int, key: float | None = None) -> None:
-        """(Re-)insert the live key of queued request ``r`` into its priority queue; ``key``:
-        its key as last computed, when nothing it depends on changed since (a request set aside
-        by ``schedule``)."""
-        ver = self._version[r]
-        if self.is_probe[r]:
-            heapq.heappush(self._probes, (self.generated[r], r, ver))
-        else:
-            if key is None:
-                key = self._order(self, r)
-                self._key[r] = key
-            heapq.heappush(self._heap, (key, r, ver))
-            if self._explore_on and self.generated[r] == 0:
-                heapq.heappush(self._explore, (-key, r, ver))
+    def _compact_queues(self, new_r: dict[int, int]) -> None:
+        self._queues.compact(new_r)
 
-    def _pop(self) -> int:
-        """Best live queued request (removed from the queues), or -1."""
-        version = self._version
-        phase = self.phase
-        while self._probes:
-            _, r, ver = heapq.heappop(self._probes)
-            if ver == version[r] and phase[r] is _QUEUED:
-                return self._take(r)
-        ei = self.config.explore_interval
-        if ei > 0 and self._dispatches % ei == ei - 1:
-            explore = self._explore
-            while explore:
-                _, r, ver = heapq.heappop(explore)
-                if ver == version[r] and phase[r] is _QUEUED:
-                    return self._take(r)
-        si = self.config.starvation_interval
-        if si > 0 and self._dispatches % si == si - 1:
-            stamp = self._stamp
-            while self._fifo:
-                r, st = self._fifo.popleft()
-                if st == stamp[r] and phase[r] is _QUEUED:
-                    return self._take(r)
-        heap = self._heap
-        while heap:
-            _, r, ver = heapq.heappop(heap)
-            if ver == version[r] and phase[r] is _QUEUED:
-                return self._take(r)
-        return -1
+    def _key_inputs(self, g: GroupStats) -> object:
+        """The group estimates an ordering key may read (None when the ordering reads none)."""
+        return (g.log_mean(), g.paper_estimate()) if self._group_keys_depend else None
 
-    def _take(self, r: int) -> int:
-        self._version[r] += 1  # invalidates its other queue entries
-        self._n_queued -= 1
-        return r
-
-    def _terminate(self, r: int, phase: RequestPhase, reason: str = "cancelled") -> None:
-        self.phase[r] = phase
-        self._version[r] += 1
-        self._n_open -= 1
-        self._group_open[self.group_of[r]] -= 1
-        if self._trace is not None:
-            self._trace.request_ended(
-                self.request_ids[r], self.generated[r], reason, self.is_probe[r]
-            )
-
-    def _compact(self) -> None:
-        """Drop released groups from every array, keeping the order of the rest (submission
-        order breaks ties), and rebuild the queues from the live entries."""
-        keep_g = [gi for gi, rel in enumerate(self._group_released) if not rel]
-        keep_r = [r for gi in keep_g for r in self.groups[gi].members]
-        keep_r.sort()
-        new_r = {r: k for k, r in enumerate(keep_r)}
-        new_g = {gi: k for k, gi in enumerate(keep_g)}
-
-        def take(xs: list[_T]) -> list[_T]:
-            return [xs[r] for r in keep_r]
-
-        self.request_ids = take(self.request_ids)
-        self.group_of = [new_g[self.group_of[r]] for r in keep_r]
-        self.generated = take(self.generated)
-        self.phase = take(self.phase)
-        self.is_probe = take(self.is_probe)
-        self._max_tokens = take(self._max_tokens)
-        self._prompt = take(self._prompt)
-        self._version = take(self._version)
-        self._stamp = take(self._stamp)
-        self._kv_replica = take(self._kv_replica)
-        self._chunk_replica = take(self._chunk_replica)
-        self._chunk_budget = take(self._chunk_budget)
-        self._chunk_reserve = take(self._chunk_reserve)
-        self._key = take(self._key)
-        self._oracle = take(self._oracle)
-        self._cancelled = take(self._cancelled)
-        if self.oracle_lengths is not None:
-            self.oracle_lengths = self._oracle
-        self._index = {rid: k for k, rid in enumerate(self.request_ids)}
-
-        def keep_groups(xs: list[_T]) -> list[_T]:
-            return [xs[gi] for gi in keep_g]
-
-        self.group_ids = keep_groups(self.group_ids)
-        self._group_pos = {gid: k for k, gid in enumerate(self.group_ids)}
-        self.groups = keep_groups(self.groups)
-        for g in self.groups:
-            g.members = [new_r[r] for r in g.members]
-        self._group_replica = keep_groups(self._group_replica)
-        self._group_open = keep_groups(self._group_open)
-        self._group_cancelled = keep_groups(self._group_cancelled)
-        self._group_released = [False] * len(keep_g)
-        self._released_slots = 0
-        # Queues: live entries only, same order.
-        self._fifo = deque(
-            (new_r[r], st) for r, st in self._fifo if r in new_r and st == self._stamp[new_r[r]]
-        )
-        self._probes = [
-            (gen, new_r[r], ver)
-            for gen, r, ver in self._probes
-            if r in new_r and ver == self._version[new_r[r]]
-        ]
-        heapq.heapify(self._probes)
-        self._heap = [
-            (key, new_r[r], ver)
-            for key, r, ver in self._heap
-            if r in new_r and ver == self._version[new_r[r]]
-        ]
-        heapq.heapify(self._heap)
-        self._explore = [
-            (key, new_r[r], ver)
-            for key, r, ver in self._explore
-            if r in new_r and ver == self._version[new_r[r]]
-        ]
-        heapq.heapify(self._explore)
-        if self._order is fifo_key:  # the only key that is the request index: renumber
-            self._heap = [(float(r), r, ver) for _, r, ver in self._heap]
-            heapq.heapify(self._heap)
-            self._key = [float(r) for r in range(len(keep_r))]
-
-    def _rekey(self, requests: Iterable[int], skip: int) -> None:
-        """Recompute the keys of the queued non-probe requests among ``requests`` (but
-        ``skip``); only a key that changed is re-pushed (an unchanged live entry already sits
-        where a fresh one would: same key, same request). Orderings keyed by (group, generated
-        tokens) compute each such pair once."""
-        order = self._order
-        phase = self.phase
-        is_probe = self.is_probe
-        keys = self._key
-        group_of = self.group_of
-        generated = self.generated
-        memo: dict[tuple[int, int], float] | None = {} if self._group_keyed else None
-        for r in requests:
-            if r == skip or phase[r] is not _QUEUED or is_probe[r]:
-                continue
-            if memo is None:
-                key = order(self, r)
-            else:
-                pair = (group_of[r], generated[r])
-                found = memo.get(pair)
-                if found is None:
-                    found = memo[pair] = order(self, r)
-                key = found
-            if key != keys[r]:
-                self._version[r] += 1
-                keys[r] = key
-                self._push(r, key)
-
-    def _rekey_group(self, g: GroupStats, skip: int) -> None:
-        self._rekey(g.members, skip)
-
-    def _rekey_all(self) -> None:
-        """Population statistics drifted: every queued key is recomputed (each live queued
-        non-probe request has exactly one live entry in the main heap)."""
-        self._since_rekey = 0
-        self.population.refresh()
-        version = self._version
-        live = [r for _, r, ver in self._heap if ver == version[r]]
-        self._rekey(live, skip=-1)
-        if len(self._heap) > 2 * self._n_queued + 64:  # drop the stale entries
-            self._heap = [e for e in self._heap if e[2] == version[e[1]]]
-            heapq.heapify(self._heap)
-            self._explore = [e for e in self._explore if e[2] == version[e[1]]]
-            heapq.heapify(self._explore)
-
-    # ------------------------------------------------------------------ views
-    def _lookup(self, request_id: str) -> int:
-        try:
-            return self._index[request_id]
-        except KeyError:
-            raise ValueError(f"unknown request {request_id!r}") from None
-
-    def _group_index(self, group_id: str) -> int:
-        try:
-            return self._group_pos[group_id]
-        except KeyError:
-            raise ValueError(f"unknown group {group_id!r}") from None
-
-    @property
-    def num_queued(self) -> int:
-        return self._n_queued
-
-    @property
-    def num_running(self) -> int:
-        return sum(self._table.running)
-
-    @property
-    def num_finished(self) -> int:
-        return self._n_finished
-
-    @property
-    def num_dispatched(self) -> int:
-        """Chunk decisions made so far."""
-        return self._dispatches
-
-    @property
-    def num_open(self) -> int:
-        """Requests not yet finished or cancelled."""
-        return self._n_open
-
-    @property
-    def num_groups(self) -> int:
-        """Groups submitted and not yet released."""
-        return len(self._group_pos)
-
-    @property
-    def num_held(self) -> int:
-        """Request slots in the arrays (open + terminal until released and compacted)."""
-        return len(self.request_ids)
-
-    @property
-    def done(self) -> bool:
-        return self._n_open == 0
-
-    def request_phase(self, request_id: str) -> RequestPhase:
-        return self.phase[self._lookup(request_id)]
-
-    def request_generated(self, request_id: str) -> int:
-        return self.generated[self._lookup(request_id)]
-
-    def loads(self) -> list[ReplicaLoad]:
-        t = self._table
-        return [
-            ReplicaLoad(
-                replica_id=spec.replica_id,
-                running=t.running[i],
-                reserved_kv_tokens=t.reserved[i],
-                kv_capacity_tokens=t.capacity[i],
-            )
-            for i, spec in enumerate(self.replicas)
-        ]
+    def _evidence_changed(self, g: GroupStats, before: object, skip: int) -> None:
+        """Every ``rekey_every`` finished requests the population statistics are refreshed and
+        every queued key recomputed; otherwise the keys of ``g``'s requests, if its estimates
+        moved."""
+        if not self._group_keys_depend:
+            return
+        if self._n_finished - self._rekeyed_at >= self.config.rekey_every:
+            self._rekeyed_at = self._n_finished
+            self.population.refresh()
+            self._queues.rekey_all(self._n_queued)
+        elif self._key_inputs(g) != before:
+            self._queues.rekey(g.members, skip)

@@ -1,13 +1,14 @@
 """Discrete-event simulator of N engine instances driven by the real ``core`` scheduler.
 
 Invariant: virtual time only moves forward, to the earliest pending instance event; at every
-event the instance reports its finished chunks to the *same* ``Scheduler`` class the Serve app
-runs, and whatever that scheduler decides is started at that same instant. The simulator knows
-each request's true length only to decide when its chunk stops (EOS) and to feed the ``oracle``
-ordering; no other policy sees it. Likewise each request's true draft acceptance only decides
-how many tokens it produces per step: the draft-length policy of every instance is given the
-estimate of its own ``AcceptanceEstimator`` (the engines' class), fed by the drafts it verified
-(``core.sim.instance``); ``known_acceptance=True`` hands it the truth instead (a yardstick).
+event the instance reports its finished chunks to the *same* scheduler class the Serve app runs
+(``make_scheduler``), and whatever that scheduler decides is started at that same instant. The
+simulator knows each request's true length only to decide when its chunk stops (EOS) and to feed
+the ``oracle`` ordering; no other policy sees it. Likewise each request's true draft acceptance
+only decides how many tokens it produces per step: the draft-length policy of every instance is
+given the estimate of its own ``AcceptanceEstimator`` (the engines' class), fed by the drafts it
+verified (``core.sim.instance``); ``known_acceptance=True`` hands it the truth instead (a
+yardstick).
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ from core.scheduling import (
     GroupSpec,
     LengthPrior,
     ReplicaSpec,
-    Scheduler,
     SchedulerConfig,
     get_policy,
+    make_scheduler,
 )
 from core.sim.acceptance import AcceptanceModel, is_reference, paper_model
 from core.sim.cost import CostModel
 from core.sim.instance import Arrival, Instance
 from core.sim.lower_bound import draft_config, lower_bound, speculative_lower_bound
 from core.sim.workload import Workload, resample_same_prompts
+from core.stats import tail_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +62,6 @@ class PolicyResult:
     # the speculating policy's bound (``core.sim.lower_bound``); None for a policy that does not
     # speculate or runs a custom draft chooser (not held to the adaptive policy's limits)
     spec_lower_bound_s: float | None = None
-
-
-def tail_time(finish_times: list[float]) -> float:
-    """Time spent on the last 10% of requests to complete."""
-    ts = sorted(finish_times)
-    n = len(ts)
-    k = max(0, math.ceil(0.9 * n) - 1)
-    return ts[-1] - ts[k]
 
 
 DraftChooser = Callable[[list[float], list[bool], float, int], list[int]]
@@ -156,7 +150,7 @@ def simulate(
         # the previous iteration on the same prompts: same latent group lengths, fresh noise
         earlier = resample_same_prompts(work, seed=prior_seed)
         prior = DictLengthPrior({f"p{g}": row for g, row in enumerate(earlier.lengths)})
-    sched = Scheduler(plan.config, replicas, prior=prior)
+    sched = make_scheduler(plan.config, replicas, prior=prior)
     sched.submit(groups, oracle_lengths=dict(zip(req_ids, true_len, strict=True)))
     acc = acceptance or paper_model()
     chooser = None

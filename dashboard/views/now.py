@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from app.api import ServiceHealth
 from app.store.views import FinishedRequest, GroupView, JobView, ReplicaLoad
-from core.sim.simulator import tail_time
+from core.stats import tail_time
 from dashboard.views.common import HEIGHT, REPLICA_COLORS, figure, note, when
 
 

@@ -15,7 +15,7 @@ from app.store.views import (
     PromptLengths,
     TokenBucket,
 )
-from core.sim.simulator import tail_time
+from core.stats import tail_time
 from dashboard.views import history, now, speculation, tuning
 
 

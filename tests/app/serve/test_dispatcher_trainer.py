@@ -24,7 +24,7 @@ def test_jobs_with_one_group_key_run_as_one_scheduler_group() -> None:
             d.submit(p)
         await asyncio.sleep(0.005)  # admitted, first chunks running
         s = d.scheduler
-        assert len(s.groups[s._group_pos["key:q7"]].members) == 3  # one group of three
+        assert len(s.groups.stats[s.groups.index["key:q7"]].members) == 3  # one group of three
         jobs = [await d.wait(p.job_id) for p in plans]
         assert all(j.state is JobState.DONE for j in jobs), [j.error for j in jobs]
         assert {j.results[0].group_id for j in jobs} == {"key:q7"}

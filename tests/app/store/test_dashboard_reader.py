@@ -24,7 +24,7 @@ from core.events import (
     RequestFinished,
     SpeculationConfigChanged,
 )
-from core.sim.simulator import tail_time
+from core.stats import tail_time
 
 T0 = 1_000_000.0
 

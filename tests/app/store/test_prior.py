@@ -11,7 +11,7 @@ from app.store.reader import StoreReader
 from app.store.writer import StoreWriter
 from core.engine.types import FinishReason
 from core.events import RequestFinished
-from core.scheduling import GroupSpec, ReplicaSpec, Scheduler, get_policy
+from core.scheduling import BaseScheduler, GroupSpec, ReplicaSpec, get_policy, make_scheduler
 
 WAIT = 60.0
 
@@ -55,7 +55,7 @@ def test_prior_reads_only_its_cache(sqlite_url: str) -> None:
         StoreLengthPrior(StoreReader(sqlite_url), limit=0)
 
 
-def _run(s: Scheduler, lengths: dict[str, int]) -> None:
+def _run(s: BaseScheduler, lengths: dict[str, int]) -> None:
     while not s.done:
         for d in s.schedule():
             left = lengths[d.request_id] - d.generated
@@ -76,7 +76,7 @@ def test_one_iteration_seeds_the_next(any_url: str) -> None:
         GroupSpec("it1-g1", ("it1-g1-r0", "it1-g1-r1"), 100, 4, prompt_key="prompt-B"),
     ]
     w = StoreWriter(any_url, migrate=True).start()
-    s1 = Scheduler(plan.config, reps, sink=w)
+    s1 = make_scheduler(plan.config, reps, sink=w)
     s1.submit(groups)
     _run(s1, lengths)
     assert w.flush(WAIT)
@@ -86,7 +86,7 @@ def test_one_iteration_seeds_the_next(any_url: str) -> None:
     assert prior.prefetch(["prompt-A", "prompt-B", "prompt-C"]) == 2
     assert sorted(prior.lengths("prompt-A") or []) == [30, 50]
     assert sorted(prior.lengths("prompt-B") or []) == [7, 9]
-    s2 = Scheduler(plan.config, reps, prior=prior)
+    s2 = make_scheduler(plan.config, reps, prior=prior)
     s2.submit([GroupSpec("it2-g0", ("x", "y"), 100, 4, prompt_key="prompt-B")])
-    g = s2.groups[0]
+    g = s2.groups.stats[0]
     assert g.prior_weight == pytest.approx(2 * plan.config.prior_weight)

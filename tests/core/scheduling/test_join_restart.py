@@ -8,22 +8,23 @@ from core.engine.types import FinishReason
 from core.events import GroupFinished, RequestFinished
 from core.events.sink import CollectingSink as ListSink
 from core.scheduling import (
+    BaseScheduler,
     GroupSpec,
     ReplicaSpec,
     RequestPhase,
-    Scheduler,
     SchedulerConfig,
     get_policy,
+    make_scheduler,
 )
 
 
-def _sched(policy: str = "context", sink: ListSink | None = None) -> Scheduler:
+def _sched(policy: str = "context", sink: ListSink | None = None) -> BaseScheduler:
     reps = [ReplicaSpec("r0", 10_000, 8), ReplicaSpec("r1", 10_000, 8)]
     config = get_policy(policy, SchedulerConfig(chunk_tokens=16)).config
-    return Scheduler(config, reps, sink=sink)
+    return make_scheduler(config, reps, sink=sink)
 
 
-def _run(s: Scheduler, lengths: dict[str, int]) -> None:
+def _run(s: BaseScheduler, lengths: dict[str, int]) -> None:
     """Drive every open request until it is terminal; request x stops at ``lengths[x]``."""
     while s.num_open:
         decisions = s.schedule()

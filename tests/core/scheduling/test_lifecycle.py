@@ -8,6 +8,7 @@ import pytest
 
 from core.engine.types import FinishReason
 from core.scheduling import (
+    BaseScheduler,
     ChunkDecision,
     GroupSpec,
     ReplicaSpec,
@@ -15,6 +16,7 @@ from core.scheduling import (
     Scheduler,
     SchedulerConfig,
     get_policy,
+    make_scheduler,
 )
 
 
@@ -23,7 +25,7 @@ def _reps(n: int = 3, kv: int = 4_000, running: int = 6) -> list[ReplicaSpec]:
 
 
 def _waves(
-    s: Scheduler, waves: int, groups: int, g: int, seed: int = 0
+    s: BaseScheduler, waves: int, groups: int, g: int, seed: int = 0
 ) -> tuple[list[tuple[str, int, int]], int]:
     """Submit ``waves`` rollouts one after another, each started when half of the previous one
     has finished; release every group as soon as it is done. Returns every decision as
@@ -73,8 +75,8 @@ def _waves(
 @pytest.mark.parametrize("policy", ["verl", "divided", "context", "context-max", "oracle"])
 def test_compaction_changes_no_decision(policy: str) -> None:
     cfg = get_policy(policy, SchedulerConfig(chunk_tokens=16, rekey_every=7)).config
-    eager = Scheduler(cfg, _reps(), compact_after=1)
-    never = Scheduler(cfg, _reps(), compact_after=10**9)
+    eager = make_scheduler(cfg, _reps(), compact_after=1)
+    never = make_scheduler(cfg, _reps(), compact_after=10**9)
     a, held_eager = _waves(eager, 30, 4, 4)
     b, held_never = _waves(never, 30, 4, 4)
     assert a == b
@@ -86,7 +88,7 @@ def test_compaction_changes_no_decision(policy: str) -> None:
 
 
 def test_memory_stays_flat_over_many_rollouts() -> None:
-    s = Scheduler(get_policy("context").config, _reps(), compact_after=64)
+    s = make_scheduler(get_policy("context").config, _reps(), compact_after=64)
     _, held = _waves(s, 200, 4, 4)
     assert held <= 64 + 2 * 16
     assert s.num_held <= 64
@@ -154,7 +156,7 @@ def test_a_replica_out_of_rotation_gets_no_chunk_and_its_work_moves() -> None:
 
 
 def test_verl_moves_a_group_whose_replica_left_and_rotates_across_rollouts() -> None:
-    s = Scheduler(get_policy("verl").config, _reps(2, kv=10**6, running=64))
+    s = make_scheduler(get_policy("verl").config, _reps(2, kv=10**6, running=64))
     s.submit([GroupSpec("a", ("a0", "a1"), 20, 4)])
     s.submit([GroupSpec("b", ("b0",), 20, 4)])
     s.submit([GroupSpec("c", ("c0",), 20, 4)])

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from core.engine.types import FinishReason
 from core.scheduling import (
+    BaseScheduler,
     ChunkDecision,
     DictLengthPrior,
     GroupSpec,
@@ -17,8 +18,11 @@ from core.scheduling import (
     RequestPhase,
     Scheduler,
     SchedulerConfig,
+    VerlScheduler,
     get_policy,
+    make_scheduler,
 )
+from core.scheduling.ordering import get_ordering
 
 
 def groups(n: int, g: int, max_tokens: int = 100, prompt: int = 10) -> list[GroupSpec]:
@@ -33,7 +37,7 @@ def replicas(n: int, kv: int = 10_000, running: int = 8) -> list[ReplicaSpec]:
 
 
 def drive(
-    s: Scheduler,
+    s: BaseScheduler,
     lengths: dict[str, int],
     pick: random.Random | None = None,
 ) -> list[list[ChunkDecision]]:
@@ -190,7 +194,8 @@ def test_starvation_interval_serves_longest_waiting() -> None:
 def test_verl_mode_assigns_whole_groups_round_robin_without_admission() -> None:
     plan = get_policy("verl")
     assert not plan.config.divided and not plan.speculate
-    s = Scheduler(plan.config, [ReplicaSpec("a", 10, 1), ReplicaSpec("b", 10, 1)])
+    s = make_scheduler(plan.config, [ReplicaSpec("a", 10, 1), ReplicaSpec("b", 10, 1)])
+    assert isinstance(s, VerlScheduler)
     s.submit(groups(3, 2, max_tokens=500))
     out = s.schedule()
     assert len(out) == 6  # everything up front, regardless of slots and KV
@@ -267,9 +272,9 @@ def test_report_progress_raises_group_estimate() -> None:
     (p1,) = s.schedule()
     s.complete(p1.request_id, 3, FinishReason.STOP)
     s.report_progress("g1-1", 2)  # below what is known: no change
-    assert s.groups[1].paper_estimate() == 3
+    assert s.groups.stats[1].paper_estimate() == 3
     s.report_progress("g1-1", 700)
-    assert s.groups[1].paper_estimate() == 700
+    assert s.groups.stats[1].paper_estimate() == 700
     assert s.schedule()[0].request_id == "g1-1"
 
 
@@ -287,7 +292,7 @@ def test_random_runs_finish_exactly_and_never_overbook(
     gs = groups(rng.randint(1, 6), rng.randint(1, 5), max_tokens=120)
     lengths = {r: rng.randint(1, 120) for g in gs for r in g.request_ids}
     plan = get_policy(policy, SchedulerConfig(chunk_tokens=chunk, rekey_every=3))
-    s = Scheduler(plan.config, replicas(n_rep, kv=400, running=3))
+    s = make_scheduler(plan.config, replicas(n_rep, kv=400, running=3))
     s.submit(gs, oracle_lengths=lengths)
     drive(s, lengths, rng)
     assert s.done
@@ -356,10 +361,9 @@ def test_long_running_requests_are_rebalanced_to_the_least_loaded_replica() -> N
 def live_keys(s: Scheduler) -> dict[int, float]:
     """Queued non-probe request -> key of its one live entry in the main queue."""
     out: dict[int, float] = {}
-    for key, r, ver in s._heap:
-        if ver == s._version[r]:
-            assert r not in out, f"two live entries for request {r}"
-            out[r] = key
+    for key, r in s._queues.live_keys():
+        assert r not in out, f"two live entries for request {r}"
+        out[r] = key
     return out
 
 
@@ -372,6 +376,7 @@ def test_queued_keys_are_always_current(ordering: str) -> None:
     lengths = {r: rng.choice([5, 40, 120, 300]) for g in gs for r in g.request_ids}
     cfg = SchedulerConfig(chunk_tokens=32, ordering=ordering, rekey_every=3)
     s = Scheduler(cfg, replicas(3, kv=700, running=4))  # tight KV: chunks are set aside
+    order = get_ordering(ordering)
     s.submit(gs)
     inflight: list[ChunkDecision] = []
     checks = 0
@@ -386,10 +391,12 @@ def test_queued_keys_are_always_current(ordering: str) -> None:
             s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
         keys = live_keys(s)
         queued = [
-            r for r, ph in enumerate(s.phase) if ph is RequestPhase.QUEUED and not s.is_probe[r]
+            r
+            for r, ph in enumerate(s.requests.phase)
+            if ph is RequestPhase.QUEUED and not s.requests.is_probe[r]
         ]
         assert sorted(keys) == queued
         for r in queued:
-            assert keys[r] == s._order(s, r)
+            assert keys[r] == order(s, r)
             checks += 1
     assert checks > 100

@@ -14,10 +14,17 @@ from core.events import (
     GroupFinished,
     RequestFinished,
 )
-from core.scheduling import GroupSpec, ReplicaSpec, Scheduler, SchedulerConfig, get_policy
+from core.scheduling import (
+    BaseScheduler,
+    GroupSpec,
+    ReplicaSpec,
+    SchedulerConfig,
+    get_policy,
+    make_scheduler,
+)
 
 
-def _drive(s: Scheduler, lengths: dict[str, int]) -> None:
+def _drive(s: BaseScheduler, lengths: dict[str, int]) -> None:
     while not s.done:
         for d in s.schedule():
             left = lengths[d.request_id] - d.generated
@@ -27,11 +34,11 @@ def _drive(s: Scheduler, lengths: dict[str, int]) -> None:
                 s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
 
 
-def _scheduler(sink: CollectingSink | None, policy: str = "context") -> Scheduler:
+def _scheduler(sink: CollectingSink | None, policy: str = "context") -> BaseScheduler:
     ticks = itertools.count()
     plan = get_policy(policy, SchedulerConfig(chunk_tokens=4))
     reps = [ReplicaSpec("a", 10_000, 2), ReplicaSpec("b", 10_000, 2)]
-    return Scheduler(plan.config, reps, sink=sink, clock=lambda: float(next(ticks)))
+    return make_scheduler(plan.config, reps, sink=sink, clock=lambda: float(next(ticks)))
 
 
 def test_every_request_and_group_is_reported_once() -> None:
@@ -73,7 +80,7 @@ def test_each_chunk_records_its_own_dispatch_time_and_its_draft_tokens() -> None
     sink = CollectingSink()
     now = [0.0]
     plan = get_policy("context", SchedulerConfig(chunk_tokens=4))
-    s = Scheduler(plan.config, [ReplicaSpec("a", 10_000, 2)], sink=sink, clock=lambda: now[0])
+    s = make_scheduler(plan.config, [ReplicaSpec("a", 10_000, 2)], sink=sink, clock=lambda: now[0])
     s.submit([GroupSpec("g", ("r",), 12, 3)])
     drafted = iter([5, 0, 7])
     while not s.done:
@@ -125,4 +132,4 @@ def test_verl_policy_emits_too() -> None:
 def test_no_sink_or_null_sink_builds_no_trace() -> None:
     assert _scheduler(None)._trace is None
     plan = get_policy("context")
-    assert Scheduler(plan.config, [ReplicaSpec("a", 100, 1)], sink=NULL_SINK)._trace is None
+    assert make_scheduler(plan.config, [ReplicaSpec("a", 100, 1)], sink=NULL_SINK)._trace is None

@@ -7,12 +7,13 @@ import dataclasses
 import pytest
 
 from core.engine.types import FinishReason
-from core.scheduling import ChunkDecision, SchedulerConfig, get_policy
+from core.scheduling import ChunkDecision, Scheduler, SchedulerConfig, get_policy
 from core.sim.acceptance import is_reference, paper_model
 from core.sim.cost import QWEN2_VL_72B, CostModel
 from core.sim.lower_bound import lower_bound
-from core.sim.simulator import DraftChooser, simulate, tail_time
+from core.sim.simulator import DraftChooser, simulate
 from core.sim.workload import PRESETS, Workload, WorkloadSpec, generate
+from core.stats import tail_time
 
 COST = CostModel(QWEN2_VL_72B, gpus=8, bw_eff=0.5, flops_eff=0.5, step_overhead_s=0.02)
 POLICIES = ("verl", "divided", "context", "context-max", "seer", "oracle")
@@ -263,7 +264,7 @@ def test_scheduler_is_asked_only_after_events_that_completed_a_chunk(
     idle_asks = [0]  # schedule() calls with no complete() since the previous call
     state = {"first": True, "changed": False}
 
-    class Counting(simulator.Scheduler):
+    class Counting(Scheduler):  # seer is divided
         def schedule(self) -> list[ChunkDecision]:
             if not (state["first"] or state["changed"]):
                 idle_asks[0] += 1
@@ -274,7 +275,7 @@ def test_scheduler_is_asked_only_after_events_that_completed_a_chunk(
             state["changed"] = True
             return super().complete(request_id, new_tokens, finish_reason)
 
-    monkeypatch.setattr(simulator, "Scheduler", Counting)
+    monkeypatch.setattr(simulator, "make_scheduler", Counting)
     w = small()
     r = simulate(w, COST, "seer")
     assert r.throughput_tok_s * r.makespan_s == pytest.approx(w.total_tokens, rel=1e-9)
