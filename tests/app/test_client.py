@@ -1,4 +1,4 @@
-"""The typed client (app/client.py), sync and async, against a real Serve app on 127.0.0.1 with
+"""The typed client (app/client/), sync and async, against a real Serve app on 127.0.0.1 with
 fake engine replicas: jobs (submit, stream, status, wait, rollout, cancel), typed errors (404,
 422, 429 with Retry-After and the opt-in bounded retry), operator calls, and that importing the
 client loads no Ray, torch, vLLM or transformers.
