@@ -9,9 +9,9 @@ from app.store.config import WriterConfig
 from app.store.prior import StoreLengthPrior
 from app.store.reader import StoreReader
 from app.store.writer import StoreWriter
-from core.engine.types import FinishReason
 from core.events import RequestFinished
-from core.scheduling import BaseScheduler, GroupSpec, ReplicaSpec, get_policy, make_scheduler
+from core.scheduling import GroupSpec, ReplicaSpec, get_policy, make_scheduler
+from tests.core.scheduling.factories import run_to_end
 
 WAIT = 60.0
 
@@ -55,16 +55,6 @@ def test_prior_reads_only_its_cache(sqlite_url: str) -> None:
         StoreLengthPrior(StoreReader(sqlite_url), limit=0)
 
 
-def _run(s: BaseScheduler, lengths: dict[str, int]) -> None:
-    while not s.done:
-        for d in s.schedule():
-            left = lengths[d.request_id] - d.generated
-            if left <= d.max_new_tokens:
-                s.complete(d.request_id, left, FinishReason.STOP)
-            else:
-                s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
-
-
 def test_one_iteration_seeds_the_next(any_url: str) -> None:
     """Iteration 1 runs with the writer as its scheduler's sink; iteration 2's context-prior
     scheduler is seeded with exactly what iteration 1 produced for the same prompts."""
@@ -78,7 +68,7 @@ def test_one_iteration_seeds_the_next(any_url: str) -> None:
     w = StoreWriter(any_url, migrate=True).start()
     s1 = make_scheduler(plan.config, reps, sink=w)
     s1.submit(groups)
-    _run(s1, lengths)
+    run_to_end(s1, lengths)
     assert w.flush(WAIT)
     w.close()
 

@@ -5,19 +5,14 @@ from __future__ import annotations
 import pytest
 
 from core.engine.types import FinishReason
-from core.scheduling import GroupSpec, ReplicaSpec, Scheduler, SchedulerConfig, get_policy
-
-
-def groups(n: int, g: int, max_tokens: int = 10_000) -> list[GroupSpec]:
-    return [
-        GroupSpec(f"g{i}", tuple(f"g{i}-{k}" for k in range(g)), max_tokens, 10) for i in range(n)
-    ]
+from core.scheduling import ReplicaSpec, Scheduler, SchedulerConfig, get_policy
+from tests.core.scheduling.factories import groups
 
 
 def test_breadth_first_gives_every_request_a_chunk_before_any_gets_a_second() -> None:
     cfg = SchedulerConfig(chunk_tokens=10, ordering="breadth-first", probes=False)
     s = Scheduler(cfg, [ReplicaSpec("a", 100_000, 2)])
-    s.submit(groups(2, 2))
+    s.submit(groups(2, 2, max_tokens=10_000))
     seen: list[tuple[str, int]] = []
     for _ in range(4):
         for d in s.schedule():
@@ -104,4 +99,4 @@ def test_oracle_cap_needs_the_true_lengths_and_is_a_registered_yardstick() -> No
         SchedulerConfig(ordering="oracle-cap", probes=False), [ReplicaSpec("a", 100_000, 2)]
     )
     with pytest.raises(ValueError, match="true length"):
-        s.submit(groups(1, 2))
+        s.submit(groups(1, 2, max_tokens=10_000))

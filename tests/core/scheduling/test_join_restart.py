@@ -16,25 +16,13 @@ from core.scheduling import (
     get_policy,
     make_scheduler,
 )
+from tests.core.scheduling.factories import run_to_end
 
 
 def _sched(policy: str = "context", sink: ListSink | None = None) -> BaseScheduler:
     reps = [ReplicaSpec("r0", 10_000, 8), ReplicaSpec("r1", 10_000, 8)]
     config = get_policy(policy, SchedulerConfig(chunk_tokens=16)).config
     return make_scheduler(config, reps, sink=sink)
-
-
-def _run(s: BaseScheduler, lengths: dict[str, int]) -> None:
-    """Drive every open request until it is terminal; request x stops at ``lengths[x]``."""
-    while s.num_open:
-        decisions = s.schedule()
-        assert decisions, "stuck"
-        for d in decisions:
-            left = lengths[d.request_id] - d.generated
-            if left <= d.max_new_tokens:
-                s.complete(d.request_id, left, FinishReason.STOP)
-            else:
-                s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
 
 
 @pytest.mark.parametrize("policy", ["verl", "divided", "context", "seer"])
@@ -46,7 +34,7 @@ def test_joined_requests_share_the_group_and_finish_it(policy: str) -> None:
     assert s.num_open == 3 and not s.group_done("k")
     with pytest.raises(ValueError, match="submitted twice"):
         s.join("k", ["b"], 64)
-    _run(s, {"a": 10, "b": 20, "c": 30})
+    run_to_end(s, {"a": 10, "b": 20, "c": 30})
     assert s.group_done("k")
     with pytest.raises(ValueError, match="is done"):
         s.join("k", ["d"], 64)
@@ -73,7 +61,7 @@ def test_cancel_requests_leaves_the_rest_of_the_group_running() -> None:
     s.complete("b", 3, FinishReason.STOP)
     s.complete("c", 16, FinishReason.CHUNK)
     assert s.request_phase("c") is RequestPhase.QUEUED and not s.group_done("g")
-    _run(s, {"c": 40})
+    run_to_end(s, {"c": 40})
     assert s.group_done("g") and s.num_open == 0
 
 

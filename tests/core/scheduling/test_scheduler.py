@@ -23,17 +23,7 @@ from core.scheduling import (
     make_scheduler,
 )
 from core.scheduling.ordering import get_ordering
-
-
-def groups(n: int, g: int, max_tokens: int = 100, prompt: int = 10) -> list[GroupSpec]:
-    return [
-        GroupSpec(f"g{i}", tuple(f"g{i}-{k}" for k in range(g)), max_tokens, prompt)
-        for i in range(n)
-    ]
-
-
-def replicas(n: int, kv: int = 10_000, running: int = 8) -> list[ReplicaSpec]:
-    return [ReplicaSpec(f"r{i}", kv, running) for i in range(n)]
+from tests.core.scheduling.factories import groups, replicas
 
 
 def drive(

@@ -22,16 +22,7 @@ from core.scheduling import (
     get_policy,
     make_scheduler,
 )
-
-
-def _drive(s: BaseScheduler, lengths: dict[str, int]) -> None:
-    while not s.done:
-        for d in s.schedule():
-            left = lengths[d.request_id] - d.generated
-            if left <= d.max_new_tokens:
-                s.complete(d.request_id, left, FinishReason.STOP)
-            else:
-                s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+from tests.core.scheduling.factories import run_to_end
 
 
 def _scheduler(sink: CollectingSink | None, policy: str = "context") -> BaseScheduler:
@@ -50,7 +41,7 @@ def test_every_request_and_group_is_reported_once() -> None:
     ]
     lengths = {"g0-0": 3, "g0-1": 10, "g1-0": 9, "g1-1": 1, "g1-2": 5}
     s.submit(groups)
-    _drive(s, lengths)
+    run_to_end(s, lengths)
     fin = {e.request_id: e for e in sink.of(RequestFinished) if isinstance(e, RequestFinished)}
     assert {k: v.length for k, v in fin.items()} == lengths
     assert fin["g0-1"].finish_reason == "length"  # reached its max_tokens
@@ -121,7 +112,7 @@ def test_verl_policy_emits_too() -> None:
     sink = CollectingSink()
     s = _scheduler(sink, "verl")
     s.submit([GroupSpec("g", ("a", "b"), 8, 3)])
-    _drive(s, {"a": 8, "b": 2})
+    run_to_end(s, {"a": 8, "b": 2})
     fin = [e for e in sink.events if isinstance(e, RequestFinished)]
     assert sorted((e.request_id, e.chunks, e.finish_reason) for e in fin) == [
         ("a", 1, "length"),
