@@ -13,7 +13,15 @@ Two models inside them are the engine's own, defined in ``core.engine`` (``core`
 ``EngineLoad`` (``ReplicaHealth.load``). Every name is importable from ``app.api`` itself.
 """
 
-from app.api.base import STRICT, ClientRequest, PromptIds, PromptText, TokenIds, lone_surrogate
+from app.api.base import (
+    STRICT,
+    ClientRequest,
+    NoStream,
+    PromptIds,
+    PromptText,
+    TokenIds,
+    lone_surrogate,
+)
 from app.api.errors import ErrorBody, FieldError, ValidationErrorBody
 from app.api.native import (
     SEED_GUARANTEE_DOC,
@@ -96,6 +104,7 @@ __all__ = [
     "JobStatus",
     "ModelCard",
     "ModelList",
+    "NoStream",
     "PromptIds",
     "PromptText",
     "ReplicaHealth",

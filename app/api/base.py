@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema, model_validator
 
 #: Strictness shared by every model that a client sends.
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -20,6 +20,21 @@ TokenIds = list[int]
 PromptText = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1})]
 PromptIds = Annotated[
     TokenIds, WithJsonSchema({"type": "array", "items": {"type": "integer"}, "minItems": 1})
+]
+
+
+def _not_streaming(value: bool) -> bool:
+    if value:
+        raise ValueError("streaming is not supported: send false or leave stream out")
+    return value
+
+
+#: ``stream`` of the OpenAI and SGLang requests: a JSON boolean that must be false (``0`` is
+#: not one: ``Literal[False]`` let it through, as ``0 == False`` in Python).
+NoStream = Annotated[
+    bool,
+    AfterValidator(_not_streaming),
+    WithJsonSchema({"type": "boolean", "const": False}),
 ]
 
 

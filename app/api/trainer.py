@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.api.base import STRICT, ClientRequest, PromptIds, PromptText
+from app.api.base import STRICT, ClientRequest, NoStream, PromptIds, PromptText
 from app.api.native import RolloutRequest
 from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE, LogprobsMode
@@ -66,7 +66,7 @@ class CompletionRequest(ClientRequest):
     logprobs: int | None = Field(None, ge=0, le=5)
     stop: str | list[str] | None = Field(None, description="up to 16 stop strings")
     return_tokens_as_token_ids: bool = False
-    stream: Literal[False] = Field(False, description="streaming is not supported")
+    stream: NoStream = Field(False, description="streaming is not supported")
     user: str | None = Field(None, max_length=512, description="accepted, not used")
     group_key: str | None = Field(
         None,
@@ -210,7 +210,7 @@ class GenerateRequest(ClientRequest):
     sampling_params: SGLangSampling = Field(default_factory=SGLangSampling)
     return_logprob: bool = False
     rid: str | None = Field(None, description="id of this call, for /abort_request")
-    stream: Literal[False] = Field(False, description="streaming is not supported")
+    stream: NoStream = Field(False, description="streaming is not supported")
     group_key: str | None = Field(None, min_length=1, max_length=256)
     prompt_id: str | None = Field(None, min_length=1, max_length=256)
 
