@@ -14,12 +14,14 @@ Two models inside them are the engine's own, defined in ``core.engine`` (``core`
 """
 
 from app.api.base import (
+    MAX_VERSION,
     STRICT,
     ClientRequest,
     NoStream,
     PromptIds,
     PromptText,
     TokenIds,
+    decimal_pattern,
     lone_surrogate,
 )
 from app.api.errors import ErrorBody, FieldError, ValidationErrorBody
@@ -75,6 +77,7 @@ from app.api.trainer import (
 from core.engine import EngineLoad, SamplingParams
 
 __all__ = [
+    "MAX_VERSION",
     "SEED_GUARANTEE_DOC",
     "STRICT",
     "AbortRequest",
@@ -128,6 +131,7 @@ __all__ = [
     "WeightsUpdate",
     "WeightsUpdateRequest",
     "WriterStats",
+    "decimal_pattern",
     "lone_surrogate",
     "native_rollout",
 ]

@@ -13,6 +13,26 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema, mode
 #: Strictness shared by every model that a client sends.
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
+#: Largest policy version (and RL iteration) a request may name.
+MAX_VERSION = 2**31 - 1
+
+
+def decimal_pattern(limit: int) -> str:
+    """A regex (for JSON Schema's ``pattern`` and Python's ``re``) that matches exactly the
+    decimal spellings of 1..``limit`` in ASCII digits, leading zeros allowed: a bound on a number
+    sent as a string that a schema can state."""
+    if limit < 1:
+        raise ValueError(f"limit={limit} must be at least 1")
+    s = str(limit)
+    alts = [f"[1-9][0-9]{{0,{len(s) - 2}}}"] if len(s) > 1 else []  # fewer digits
+    for i, d in enumerate(s):  # as many digits: the first i as in limit, then one below it
+        low = 1 if i == 0 else 0
+        if int(d) > low:
+            alts.append(f"{s[:i]}[{low}-{int(d) - 1}][0-9]{{{len(s) - i - 1}}}")
+    alts.append(s)
+    return "^0*(?:" + "|".join(alts) + ")$"
+
+
 #: Token ids of a prompt: non-negative ints (booleans are not ids).
 TokenIds = list[int]
 #: A prompt of a request: text or token ids, not empty (the ingress's 422 "prompt is empty",

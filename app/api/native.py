@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from app.api.base import STRICT, ClientRequest, PromptIds, PromptText
+from app.api.base import MAX_VERSION, STRICT, ClientRequest, PromptIds, PromptText
 from core.engine import SamplingParams
 from core.engine.types import LogprobsMode
 
@@ -46,7 +46,7 @@ class RolloutRequest(ClientRequest):
     iteration: int | None = Field(
         None,
         ge=0,
-        le=2**31 - 1,
+        le=MAX_VERSION,
         description="the trainer's RL iteration (step) of this batch, recorded with the job",
     )
     policy: str | None = Field(

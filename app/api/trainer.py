@@ -10,9 +10,26 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-from app.api.base import STRICT, ClientRequest, NoStream, PromptIds, PromptText
+from app.api.base import (
+    MAX_VERSION,
+    STRICT,
+    ClientRequest,
+    NoStream,
+    PromptIds,
+    PromptText,
+    decimal_pattern,
+)
 from app.api.native import RolloutRequest
 from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE, LogprobsMode
@@ -343,6 +360,26 @@ class AbortResponse(BaseModel):
     aborted: list[str]
 
 
+def _version_digits(value: str) -> str:
+    if not VERSION_DIGITS.fullmatch(value):
+        raise ValueError(
+            f"weight_version {value[:40]!r} must be a positive integer up to {MAX_VERSION} in "
+            "decimal digits (0-9)"
+        )
+    return value
+
+
+#: A policy version as SGLang sends it (``weight_version``: decimal digits): 1..MAX_VERSION, as
+#: ``POST /v1/weights``'s ``version``; the schema states it as a pattern.
+VERSION_DIGITS = re.compile(decimal_pattern(MAX_VERSION))
+VersionDigits = Annotated[
+    str,
+    StringConstraints(max_length=32),
+    AfterValidator(_version_digits),
+    WithJsonSchema({"type": "string", "maxLength": 32, "pattern": VERSION_DIGITS.pattern}),
+]
+
+
 class DiskWeightsRequest(ClientRequest):
     """``POST /update_weights_from_disk`` (SGLang's shape of POST /v1/weights)."""
 
@@ -350,19 +387,12 @@ class DiskWeightsRequest(ClientRequest):
 
     model_path: str = Field(min_length=1, max_length=4096)
     load_format: str | None = Field(None, description="accepted; safetensors is what loads")
-    weight_version: str | None = Field(
-        None, max_length=32, description="the new version as decimal digits (None: current + 1)"
+    weight_version: VersionDigits | None = Field(
+        None, description="the new version as decimal digits (None: current + 1)"
     )
     abort_all_requests: bool = False
     sha256: str | None = Field(None, pattern="^[0-9a-f]{64}$", description="see POST /v1/weights")
     flush_cache: bool = Field(True, description="the prefix cache is always flushed")
-
-    @field_validator("weight_version")
-    @classmethod
-    def _digits(cls, v: str | None) -> str | None:
-        if v is not None and (not v.isdigit() or int(v) < 1):
-            raise ValueError(f"weight_version {v!r} must be a positive integer")
-        return v
 
     def version(self) -> int | None:
         return None if self.weight_version is None else int(self.weight_version)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema_rs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from app.api import CompletionRequest, GenerateRequest
+from app.api import MAX_VERSION, CompletionRequest, DiskWeightsRequest, GenerateRequest
+from app.api.base import decimal_pattern
 
 
 def _refused(model: type[BaseModel], body: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -36,3 +40,37 @@ def test_stream_is_a_boolean_that_must_be_false(
     assert _refused(model, {**body, "stream": False}) == []
     assert model.model_json_schema()["properties"]["stream"]["type"] == "boolean"
     assert model.model_json_schema()["properties"]["stream"]["const"] is False
+
+
+@given(limit=st.integers(1, 10**12), n=st.integers(-(10**13), 10**13), zeros=st.integers(0, 3))
+def test_decimal_pattern_matches_exactly_1_to_the_limit(limit: int, n: int, zeros: int) -> None:
+    near = [limit - 1, limit, limit + 1, 0, 1, n]
+    ok = jsonschema_rs.Draft202012Validator({"pattern": decimal_pattern(limit)}).is_valid
+    for x in near:
+        assert ok("0" * zeros + str(x)) == (1 <= x <= limit), (limit, x)
+
+
+#: (weight_version, accepted): the edges of 1..MAX_VERSION, and what is not ASCII digits
+VERSIONS = [
+    ("1", True),
+    ("007", True),
+    (str(MAX_VERSION), True),
+    ("", False),  # schemathesis: the schema allowed any string, the service refused it
+    ("0", False),
+    (str(MAX_VERSION + 1), False),
+    ("5\n", False),
+    (" 5", False),
+    ("\u0663", False),  # an Arabic-Indic 3: str.isdigit() said yes
+    ("\u00b2", False),  # a superscript 2: isdigit() said yes, int() raised
+    ("1" * 33, False),
+]
+
+
+@pytest.mark.parametrize(("version", "accepted"), VERSIONS)
+def test_weight_version_is_what_its_schema_says(version: str, accepted: bool) -> None:
+    """``/update_weights_from_disk``'s ``weight_version`` (a string): 1..MAX_VERSION in decimal
+    digits, as ``/v1/weights``'s ``version``; its pattern says so."""
+    schema = DiskWeightsRequest.model_json_schema()["properties"]["weight_version"]["anyOf"][0]
+    assert jsonschema_rs.Draft202012Validator(schema).is_valid(version) == accepted
+    body = {"model_path": "/ckpt", "weight_version": version}
+    assert _refused(DiskWeightsRequest, body) == ([] if accepted else [("weight_version",)])
