@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 #: Strictness shared by every model that a client sends.
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -41,6 +41,14 @@ PromptText = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1})]
 PromptIds = Annotated[
     TokenIds, WithJsonSchema({"type": "array", "items": {"type": "integer"}, "minItems": 1})
 ]
+#: Most prompts one request may carry (``RolloutRequest.prompts``).
+MAX_PROMPTS = 4096
+#: Prompts given as a list (OpenAI's ``prompt``, SGLang's ``text`` and ``input_ids``): one group
+#: each, 1..MAX_PROMPTS of them as in a native job.
+PromptTexts = Annotated[list[PromptText], Field(min_length=1, max_length=MAX_PROMPTS)]
+PromptIdLists = Annotated[list[PromptIds], Field(min_length=1, max_length=MAX_PROMPTS)]
+#: Stop strings of the OpenAI and SGLang requests: one, or a list of up to 16.
+Stops = str | Annotated[list[str], Field(max_length=16)] | None
 
 
 def _not_streaming(value: bool) -> bool:

@@ -5,11 +5,11 @@ NDJSON stream of ``GET /v1/rollouts/{id}/groups``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from app.api.base import MAX_VERSION, STRICT, ClientRequest, PromptIds, PromptText
+from app.api.base import MAX_PROMPTS, MAX_VERSION, STRICT, ClientRequest, PromptIds, PromptText
 from core.engine import SamplingParams
 from core.engine.types import LogprobsMode
 
@@ -21,10 +21,10 @@ class RolloutRequest(ClientRequest):
 
     prompts: list[PromptText | PromptIds] = Field(
         min_length=1,
-        max_length=4096,
+        max_length=MAX_PROMPTS,
         description="text prompts, or prompts already tokenized (lists of token ids)",
     )
-    prompt_ids: list[str] | None = Field(
+    prompt_ids: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
         None,
         description="optional caller id of each prompt, stable across RL iterations (same length "
         "as prompts; 1-256 characters each); returned with its group",
@@ -67,16 +67,6 @@ class RolloutRequest(ClientRequest):
         description="false: answer 202 with the job's URLs at once; true: answer when the "
         "rollout is done, with every group (the one-call form)",
     )
-
-    @field_validator("prompt_ids")
-    @classmethod
-    def _ids_shape(cls, v: list[str] | None) -> list[str] | None:
-        if v is None:
-            return v
-        for i, x in enumerate(v):
-            if not 1 <= len(x) <= 256:
-                raise ValueError(f"prompt_ids[{i}] has {len(x)} characters; need 1-256")
-        return v
 
     @model_validator(mode="after")
     def _one_prompt_per_key(self) -> RolloutRequest:

@@ -17,7 +17,6 @@ from pydantic import (
     Field,
     StringConstraints,
     WithJsonSchema,
-    field_validator,
     model_validator,
 )
 
@@ -26,8 +25,11 @@ from app.api.base import (
     STRICT,
     ClientRequest,
     NoStream,
+    PromptIdLists,
     PromptIds,
     PromptText,
+    PromptTexts,
+    Stops,
     decimal_pattern,
 )
 from app.api.native import RolloutRequest
@@ -35,6 +37,18 @@ from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE, LogprobsMode
 
 RID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def _rid(value: str) -> str:
+    if not RID.fullmatch(value):
+        raise ValueError(f"rid {value[:40]!r} must be 1-128 of A-Z a-z 0-9 _ . : -")
+    return value
+
+
+#: ``/generate``'s ``rid``: the call's job id, so a name safe in a URL path and a log line.
+Rid = Annotated[
+    str, AfterValidator(_rid), WithJsonSchema({"type": "string", "pattern": RID.pattern})
+]
 
 
 def native_rollout(
@@ -66,7 +80,7 @@ def native_rollout(
 
 
 # ------------------------------------------------------------------ OpenAI
-Prompt = PromptText | PromptIds | list[PromptText] | list[PromptIds]
+Prompt = PromptText | PromptIds | PromptTexts | PromptIdLists
 
 
 class CompletionRequest(ClientRequest):
@@ -81,7 +95,7 @@ class CompletionRequest(ClientRequest):
     top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1 or 0: disabled")
     seed: int | None = Field(None, ge=0, lt=SEED_SPACE)
     logprobs: int | None = Field(None, ge=0, le=5)
-    stop: str | list[str] | None = Field(None, description="up to 16 stop strings")
+    stop: Stops = Field(None, description="up to 16 stop strings")
     return_tokens_as_token_ids: bool = False
     stream: NoStream = Field(False, description="streaming is not supported")
     user: str | None = Field(None, max_length=512, description="accepted, not used")
@@ -95,13 +109,6 @@ class CompletionRequest(ClientRequest):
     prompt_id: str | None = Field(
         None, min_length=1, max_length=256, description="stable id of the prompt (one prompt)"
     )
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(v, list) and len(v) > 16:
-            raise ValueError(f"{len(v)} stop strings; at most 16")
-        return v
 
     def prompts(self) -> list[str | list[int]]:
         p = self.prompt
@@ -196,7 +203,7 @@ class SGLangSampling(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1: disabled")
     n: int = Field(1, ge=1, le=256, description="samples per prompt (the group size)")
-    stop: str | list[str] | None = Field(None, description="stop strings (up to 16)")
+    stop: Stops = Field(None, description="stop strings (up to 16)")
     stop_token_ids: list[int] | None = Field(None, max_length=64)
     no_stop_trim: bool = Field(False, description="keep the matched stop string in the text")
     spaces_between_special_tokens: bool = Field(True, description="accepted, not used")
@@ -222,11 +229,11 @@ class GenerateRequest(ClientRequest):
         },
     )  # fmt: skip
 
-    input_ids: list[int] | list[list[int]] | None = None
-    text: str | list[str] | None = None
+    input_ids: PromptIds | PromptIdLists | None = None
+    text: PromptText | PromptTexts | None = None
     sampling_params: SGLangSampling = Field(default_factory=SGLangSampling)
     return_logprob: bool = False
-    rid: str | None = Field(None, description="id of this call, for /abort_request")
+    rid: Rid | None = Field(None, description="id of this call, for /abort_request")
     stream: NoStream = Field(False, description="streaming is not supported")
     group_key: str | None = Field(None, min_length=1, max_length=256)
     prompt_id: str | None = Field(None, min_length=1, max_length=256)
@@ -235,10 +242,6 @@ class GenerateRequest(ClientRequest):
     def _one_input(self) -> GenerateRequest:
         if (self.input_ids is None) == (self.text is None):
             raise ValueError("give exactly one of input_ids and text")
-        if self.rid is not None and not RID.match(self.rid):
-            raise ValueError(f"rid {self.rid!r} must be 1-128 of A-Z a-z 0-9 _ . : -")
-        if len(self.sampling_params.stops()) > 16:
-            raise ValueError("at most 16 stop strings")
         return self
 
     def prompts(self) -> list[str | list[int]]:

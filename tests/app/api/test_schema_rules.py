@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from app.api import MAX_VERSION, CompletionRequest, DiskWeightsRequest, GenerateRequest
+from app.api import (
+    MAX_VERSION,
+    CompletionRequest,
+    DiskWeightsRequest,
+    GenerateRequest,
+    RolloutRequest,
+)
 from app.api.base import decimal_pattern
 
 
@@ -74,3 +80,30 @@ def test_weight_version_is_what_its_schema_says(version: str, accepted: bool) ->
     assert jsonschema_rs.Draft202012Validator(schema).is_valid(version) == accepted
     body = {"model_path": "/ckpt", "weight_version": version}
     assert _refused(DiskWeightsRequest, body) == ([] if accepted else [("weight_version",)])
+
+
+ROLLOUT = {"prompts": ["a"], "group_size": 1, "max_tokens": 4}
+
+#: (model, body, field): a body the schema refuses (schemathesis would send it as valid if the
+#: schema did not say so) and that the model refuses, naming ``field``
+REFUSED = [
+    (RolloutRequest, {**ROLLOUT, "prompt_ids": [""]}, ("prompt_ids", 0)),
+    (RolloutRequest, {**ROLLOUT, "prompt_ids": ["x" * 257]}, ("prompt_ids", 0)),
+    (GenerateRequest, {"text": "a", "rid": "a b"}, ("rid",)),
+    (GenerateRequest, {"text": "a", "rid": "ab\n"}, ("rid",)),
+    (GenerateRequest, {"text": []}, ("text",)),
+    (GenerateRequest, {"text": ["a"] * 4097}, ("text",)),
+    (GenerateRequest, {"input_ids": [[1]] * 4097}, ("input_ids",)),
+    (GenerateRequest, {"text": "a", "sampling_params": {"stop": ["s"] * 17}}, ("sampling_params",)),
+    (CompletionRequest, {"model": "m", "prompt": ["a"] * 4097}, ("prompt",)),
+    (CompletionRequest, {"model": "m", "prompt": "a", "stop": ["s"] * 17}, ("stop",)),
+]
+
+
+@pytest.mark.parametrize(("model", "body", "field"), REFUSED)
+def test_what_the_model_refuses_the_schema_refuses(
+    model: type[BaseModel], body: dict[str, Any], field: tuple[Any, ...]
+) -> None:
+    assert not jsonschema_rs.Draft202012Validator(model.model_json_schema()).is_valid(body)
+    refused = _refused(model, body)
+    assert refused and all(loc[: len(field)] == field for loc in refused), refused
