@@ -2,6 +2,10 @@
 
 Every request model is strict: unknown fields, strings for numbers, booleans for ids and
 NaN/Infinity are rejected with 422 naming the field (never coerced, never a 500).
+
+Bounds that depend on the deployment's model (its vocabulary, its context, its logprobs) are
+marked in the static schema with ``DEPLOYMENT_BOUND``; a deployment serves its schema with the
+numbers written there (``app.serve.deployment_schema``).
 """
 
 from __future__ import annotations
@@ -33,13 +37,32 @@ def decimal_pattern(limit: int) -> str:
     return "^0*(?:" + "|".join(alts) + ")$"
 
 
+#: JSON Schema keyword marking a bound of the deployment's model; its value says which:
+DEPLOYMENT_BOUND = "x-deployment-bound"
+#: an array of token ids: each in [0, vocab_size), at most max_model_len - 1 of them
+TOKEN_IDS = "token_ids"
+#: an integer count of tokens to generate: below max_model_len
+NEW_TOKENS = "new_tokens"
+#: a logprobs mode: the one the engines compute (engine.logprobs_mode)
+LOGPROBS_MODE = "logprobs_mode"
+#: ``json_schema_extra`` of a field that caps the tokens generated
+NEW_TOKENS_BOUND: dict[str, Any] = {DEPLOYMENT_BOUND: NEW_TOKENS}
+
 #: Token ids of a prompt: non-negative ints (booleans are not ids).
 TokenIds = list[int]
 #: A prompt of a request: text or token ids, not empty (the ingress's 422 "prompt is empty",
 #: said in the schema too).
 PromptText = Annotated[str, WithJsonSchema({"type": "string", "minLength": 1})]
 PromptIds = Annotated[
-    TokenIds, WithJsonSchema({"type": "array", "items": {"type": "integer"}, "minItems": 1})
+    TokenIds,
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 0},
+            "minItems": 1,
+            DEPLOYMENT_BOUND: TOKEN_IDS,
+        }
+    ),
 ]
 #: Most prompts one request may carry (``RolloutRequest.prompts``).
 MAX_PROMPTS = 4096

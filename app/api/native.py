@@ -9,7 +9,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.api.base import MAX_PROMPTS, MAX_VERSION, STRICT, ClientRequest, PromptIds, PromptText
+from app.api.base import (
+    DEPLOYMENT_BOUND,
+    LOGPROBS_MODE,
+    MAX_PROMPTS,
+    MAX_VERSION,
+    NEW_TOKENS_BOUND,
+    STRICT,
+    ClientRequest,
+    PromptIds,
+    PromptText,
+)
 from core.engine import SamplingParams
 from core.engine.types import LogprobsMode
 
@@ -30,7 +40,12 @@ class RolloutRequest(ClientRequest):
         "as prompts; 1-256 characters each); returned with its group",
     )
     group_size: int = Field(ge=1, le=256, description="responses per prompt (G)")
-    max_tokens: int = Field(ge=1, le=1_048_576, description="cap on generated tokens per response")
+    max_tokens: int = Field(
+        ge=1,
+        le=1_048_576,
+        description="cap on generated tokens per response (below the model's context)",
+        json_schema_extra=NEW_TOKENS_BOUND,
+    )
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     logprobs: bool = Field(True, description="return the logprob of every generated token")
     logprobs_mode: LogprobsMode | None = Field(
@@ -39,6 +54,7 @@ class RolloutRequest(ClientRequest):
         "log-softmax) or processed (of the distribution each token was sampled from, after "
         "temperature/top_k/top_p). The service's engines compute one (engine.logprobs_mode, "
         "default raw; GET /healthz shows it): another is 422. None: the service's",
+        json_schema_extra={DEPLOYMENT_BOUND: LOGPROBS_MODE},
     )
     chat_template: bool = Field(
         True, description="wrap text prompts as one user turn of the model's chat template"

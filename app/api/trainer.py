@@ -22,6 +22,7 @@ from pydantic import (
 
 from app.api.base import (
     MAX_VERSION,
+    NEW_TOKENS_BOUND,
     STRICT,
     ClientRequest,
     NoStream,
@@ -89,7 +90,7 @@ class CompletionRequest(ClientRequest):
     model: str = Field(min_length=1, max_length=512, description="any name; answered with ours")
     prompt: Prompt = Field(description="text, token ids, or a list of either (one group each)")
     n: int = Field(1, ge=1, le=256, description="choices per prompt: the group size G")
-    max_tokens: int = Field(16, ge=1, le=1_048_576)
+    max_tokens: int = Field(16, ge=1, le=1_048_576, json_schema_extra=NEW_TOKENS_BOUND)
     temperature: float = Field(1.0, ge=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1 or 0: disabled")
@@ -198,7 +199,7 @@ class ModelList(BaseModel):
 class SGLangSampling(BaseModel):
     model_config = STRICT
 
-    max_new_tokens: int = Field(128, ge=1, le=1_048_576)
+    max_new_tokens: int = Field(128, ge=1, le=1_048_576, json_schema_extra=NEW_TOKENS_BOUND)
     temperature: float = Field(1.0, ge=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1: disabled")

@@ -58,6 +58,7 @@ from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
 from app.serve.body_limits import BodyLimits
+from app.serve.deployment_schema import deployment_schema
 from app.serve.detached import Background
 from app.serve.jobs import JobError
 from app.serve.metrics import CONTENT_TYPE
@@ -82,6 +83,7 @@ api = FastAPI(
     version="0.2.0",
     description="Grouped rollouts for synchronous LLM RL (Seer). Jobs: POST /v1/rollouts.",
     docs_url=None,  # served below from local assets: the default loads them from a CDN
+    openapi_url=None,  # served by the Ingress: the deployment's schema (see Ingress.openapi)
 )
 api.router.route_class = StrictJSONRoute  # before any route: a key twice in a body is a 422
 api.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
@@ -205,6 +207,18 @@ class Ingress:
         self.codec: TextCodec = await asyncio.wait_for(
             asyncio.to_thread(make_codec, config.engine), config.engine.start_timeout_s
         )
+        # The schema of this module's app as imported here: Serve runs a copy of this class and
+        # of the app pickled with the globals they use, and FastAPI's schema of that copy says
+        # "example": {} for every parameter and body (it tells an unset example by the identity
+        # of a marker object, which pickling copies).
+        from app.serve import ingress as module
+
+        self._openapi = deployment_schema(
+            module.api.openapi(),
+            max_model_len=config.engine.max_model_len,
+            vocab_size=self.codec.vocab_size,
+            logprobs_mode=config.engine.logprobs_mode,
+        )
 
     async def _ask(self, call: Awaitable[T]) -> T:
         """The scheduler's answer to ``call``; its refusal as the HTTP error it names."""
@@ -212,6 +226,16 @@ class Ingress:
             return await call
         except JobError as exc:
             raise _http(exc) from None
+
+    @api.get("/openapi.json", include_in_schema=False)
+    async def openapi(self, request: Request) -> JSONResponse:
+        """The schema of this deployment: the app's, with its model's bounds (token ids,
+        generated tokens, logprobs mode; ``app.serve.deployment_schema``). Under a root path
+        it lists that path as its server, as FastAPI's own route does."""
+        root = request.scope.get("root_path", "").rstrip("/")
+        if not root:
+            return JSONResponse(self._openapi)
+        return JSONResponse({**self._openapi, "servers": [{"url": root}]})
 
     # ------------------------------------------------------------------ health, metrics
     @api.get("/healthz", response_model=ServiceHealth, responses=_errors(503))
