@@ -187,6 +187,10 @@ def _http(exc: JobError) -> HTTPException:
     headers = None
     if exc.retry_after_s is not None:
         headers = {"Retry-After": str(math.ceil(exc.retry_after_s))}
+    if exc.status == 422:  # a 422 is a list of field errors (documented): the scheduler's rules
+        # span fields (prompts x group_size, prompt + max_tokens, ...), so the body is named
+        detail: Any = [{"loc": ["body"], "msg": exc.message, "type": "value_error"}]
+        return HTTPException(status_code=422, detail=detail, headers=headers)
     return HTTPException(status_code=exc.status, detail=exc.message, headers=headers)
 
 
