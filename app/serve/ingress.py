@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -33,6 +33,7 @@ from app.api import (
     CompletionRequest,
     CompletionResponse,
     DiskWeightsRequest,
+    DiskWeightsResponse,
     ErrorBody,
     GenerateRequest,
     GroupResult,
@@ -123,15 +124,10 @@ _ERROR_TEXT = {
 }
 
 
-def _errors(*codes: int, body: bool = True) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` of a route that answers ``codes`` (documented in /openapi.json);
-    ``body=False``: the route answers its errors in a shape of its own."""
-    return {
-        c: {"model": ErrorBody, "description": _ERROR_TEXT[c]}
-        if body
-        else {"description": _ERROR_TEXT[c]}
-        for c in codes
-    }
+def _errors(*codes: int, model: type[BaseModel] = ErrorBody) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` of a route that answers ``codes`` (documented in /openapi.json) with
+    ``model`` bodies (a route with a shape of its own names it)."""
+    return {c: {"model": model, "description": _ERROR_TEXT[c]} for c in codes}
 
 
 _BODY_ERRORS = (400, 408, 413)  # any route with a body (app.serve.body_limits; 400: not JSON)
@@ -621,9 +617,23 @@ class Ingress:
 
     @api.post(
         "/update_weights_from_disk",
-        # SGLang's shape for errors too: {"success": false, "message", "num_paused_requests"}
-        responses=_errors(401, 403, 409, 503, 504, body=False),
-    )
+        response_model=DiskWeightsResponse,
+        # SGLang's shape for its errors too: {"success": false, "message", "num_paused_requests"};
+        # what is refused before it runs has the app's (a body that is not JSON or too large, a
+        # 422 of the body's validation)
+        responses={
+            **_errors(401, 403, 409, 503, 504, model=DiskWeightsResponse),
+            **_errors(*_BODY_ERRORS),
+            422: {
+                "description": "the body's validation (HTTPValidationError), or a path that is "
+                "not a directory under weights_root (DiskWeightsResponse)",
+                "content": {"application/json": {"schema": {"anyOf": [
+                    {"$ref": "#/components/schemas/HTTPValidationError"},
+                    {"$ref": "#/components/schemas/DiskWeightsResponse"},
+                ]}}},
+            },
+        },
+    )  # fmt: skip
     async def update_weights_from_disk(
         self, req: DiskWeightsRequest, authorization: str | None = Header(None)
     ) -> JSONResponse:
