@@ -467,9 +467,10 @@ class Ingress:
         responses=_errors(401, 403, 404),
     )
     async def cancel(self, job_id: str, authorization: str | None = Header(None)) -> JobStatus:
-        """Cancel: the job's chunks are aborted on the engines and stop using capacity. Needs
-        ``Authorization: Bearer <token>``: the job's ``cancel_token`` (from its 202) or the
-        operator token."""
+        """Cancel: the job's chunks are aborted on the engines and stop using capacity; the job
+        stays readable (state cancelled, or the state it had ended in: cancelling is idempotent)
+        until job_ttl_s. Needs ``Authorization: Bearer <token>``: the job's ``cancel_token``
+        (from its 202) or the operator token."""
         if is_operator(self._operator_token, authorization):
             status: JobStatus = await self._ask(self.scheduler.cancel(job_id))
             return status
