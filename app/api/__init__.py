@@ -13,7 +13,26 @@ Two models inside them are the engine's own, defined in ``core.engine`` (``core`
 ``EngineLoad`` (``ReplicaHealth.load``). Every name is importable from ``app.api`` itself.
 """
 
-from app.api.base import STRICT, ClientRequest, PromptIds, PromptText, TokenIds, lone_surrogate
+from app.api.base import (
+    DEPLOYMENT_BOUND,
+    LOGPROBS_MODE,
+    MAX_PROMPTS,
+    MAX_VERSION,
+    NEW_TOKENS,
+    NEW_TOKENS_BOUND,
+    STRICT,
+    TOKEN_IDS,
+    ClientRequest,
+    NoStream,
+    PromptIdLists,
+    PromptIds,
+    PromptText,
+    PromptTexts,
+    Stops,
+    TokenIds,
+    decimal_pattern,
+    lone_surrogate,
+)
 from app.api.errors import ErrorBody, FieldError, ValidationErrorBody
 from app.api.native import (
     SEED_GUARANTEE_DOC,
@@ -67,6 +86,13 @@ from app.api.trainer import (
 from core.engine import EngineLoad, SamplingParams
 
 __all__ = [
+    "DEPLOYMENT_BOUND",
+    "LOGPROBS_MODE",
+    "MAX_PROMPTS",
+    "MAX_VERSION",
+    "NEW_TOKENS",
+    "NEW_TOKENS_BOUND",
+    "TOKEN_IDS",
     "SEED_GUARANTEE_DOC",
     "STRICT",
     "AbortRequest",
@@ -96,8 +122,11 @@ __all__ = [
     "JobStatus",
     "ModelCard",
     "ModelList",
+    "NoStream",
+    "PromptIdLists",
     "PromptIds",
     "PromptText",
+    "PromptTexts",
     "ReplicaHealth",
     "ReplicaSpeculation",
     "ReplicaState",
@@ -111,6 +140,7 @@ __all__ = [
     "ServiceHealth",
     "SpeculationState",
     "SpeculationUpdate",
+    "Stops",
     "TokenIds",
     "TokenLogprob",
     "Usage",
@@ -119,6 +149,7 @@ __all__ = [
     "WeightsUpdate",
     "WeightsUpdateRequest",
     "WriterStats",
+    "decimal_pattern",
     "lone_surrogate",
     "native_rollout",
 ]

@@ -5,11 +5,21 @@ NDJSON stream of ``GET /v1/rollouts/{id}/groups``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from app.api.base import STRICT, ClientRequest, PromptIds, PromptText
+from app.api.base import (
+    DEPLOYMENT_BOUND,
+    LOGPROBS_MODE,
+    MAX_PROMPTS,
+    MAX_VERSION,
+    NEW_TOKENS_BOUND,
+    STRICT,
+    ClientRequest,
+    PromptIds,
+    PromptText,
+)
 from core.engine import SamplingParams
 from core.engine.types import LogprobsMode
 
@@ -21,16 +31,21 @@ class RolloutRequest(ClientRequest):
 
     prompts: list[PromptText | PromptIds] = Field(
         min_length=1,
-        max_length=4096,
+        max_length=MAX_PROMPTS,
         description="text prompts, or prompts already tokenized (lists of token ids)",
     )
-    prompt_ids: list[str] | None = Field(
+    prompt_ids: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
         None,
         description="optional caller id of each prompt, stable across RL iterations (same length "
         "as prompts; 1-256 characters each); returned with its group",
     )
     group_size: int = Field(ge=1, le=256, description="responses per prompt (G)")
-    max_tokens: int = Field(ge=1, le=1_048_576, description="cap on generated tokens per response")
+    max_tokens: int = Field(
+        ge=1,
+        le=1_048_576,
+        description="cap on generated tokens per response (below the model's context)",
+        json_schema_extra=NEW_TOKENS_BOUND,
+    )
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     logprobs: bool = Field(True, description="return the logprob of every generated token")
     logprobs_mode: LogprobsMode | None = Field(
@@ -39,6 +54,7 @@ class RolloutRequest(ClientRequest):
         "log-softmax) or processed (of the distribution each token was sampled from, after "
         "temperature/top_k/top_p). The service's engines compute one (engine.logprobs_mode, "
         "default raw; GET /healthz shows it): another is 422. None: the service's",
+        json_schema_extra={DEPLOYMENT_BOUND: LOGPROBS_MODE},
     )
     chat_template: bool = Field(
         True, description="wrap text prompts as one user turn of the model's chat template"
@@ -46,7 +62,7 @@ class RolloutRequest(ClientRequest):
     iteration: int | None = Field(
         None,
         ge=0,
-        le=2**31 - 1,
+        le=MAX_VERSION,
         description="the trainer's RL iteration (step) of this batch, recorded with the job",
     )
     policy: str | None = Field(
@@ -67,16 +83,6 @@ class RolloutRequest(ClientRequest):
         description="false: answer 202 with the job's URLs at once; true: answer when the "
         "rollout is done, with every group (the one-call form)",
     )
-
-    @field_validator("prompt_ids")
-    @classmethod
-    def _ids_shape(cls, v: list[str] | None) -> list[str] | None:
-        if v is None:
-            return v
-        for i, x in enumerate(v):
-            if not 1 <= len(x) <= 256:
-                raise ValueError(f"prompt_ids[{i}] has {len(x)} characters; need 1-256")
-        return v
 
     @model_validator(mode="after")
     def _one_prompt_per_key(self) -> RolloutRequest:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.base import ClientRequest
+from app.api.base import MAX_VERSION, ClientRequest
 from core.drafting.speculate import MAX_DRAFT_TOKENS
 from core.engine import EngineLoad
 from core.engine.types import LogprobsMode
@@ -143,7 +143,7 @@ class WeightsUpdateRequest(ClientRequest):
     version: int | None = Field(
         None,
         ge=1,
-        le=2**31 - 1,
+        le=MAX_VERSION,
         description="the new policy version (must be above the current one; None = current + 1)",
     )
     abort_running: bool = Field(

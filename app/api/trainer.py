@@ -10,14 +10,46 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
 
-from app.api.base import STRICT, ClientRequest, PromptIds, PromptText
+from app.api.base import (
+    MAX_VERSION,
+    NEW_TOKENS_BOUND,
+    STRICT,
+    ClientRequest,
+    NoStream,
+    PromptIdLists,
+    PromptIds,
+    PromptText,
+    PromptTexts,
+    Stops,
+    decimal_pattern,
+)
 from app.api.native import RolloutRequest
 from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE, LogprobsMode
 
 RID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def _rid(value: str) -> str:
+    if not RID.fullmatch(value):
+        raise ValueError(f"rid {value[:40]!r} must be 1-128 of A-Z a-z 0-9 _ . : -")
+    return value
+
+
+#: ``/generate``'s ``rid``: the call's job id, so a name safe in a URL path and a log line.
+Rid = Annotated[
+    str, AfterValidator(_rid), WithJsonSchema({"type": "string", "pattern": RID.pattern})
+]
 
 
 def native_rollout(
@@ -49,7 +81,7 @@ def native_rollout(
 
 
 # ------------------------------------------------------------------ OpenAI
-Prompt = PromptText | PromptIds | list[PromptText] | list[PromptIds]
+Prompt = PromptText | PromptIds | PromptTexts | PromptIdLists
 
 
 class CompletionRequest(ClientRequest):
@@ -58,15 +90,15 @@ class CompletionRequest(ClientRequest):
     model: str = Field(min_length=1, max_length=512, description="any name; answered with ours")
     prompt: Prompt = Field(description="text, token ids, or a list of either (one group each)")
     n: int = Field(1, ge=1, le=256, description="choices per prompt: the group size G")
-    max_tokens: int = Field(16, ge=1, le=1_048_576)
+    max_tokens: int = Field(16, ge=1, le=1_048_576, json_schema_extra=NEW_TOKENS_BOUND)
     temperature: float = Field(1.0, ge=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1 or 0: disabled")
     seed: int | None = Field(None, ge=0, lt=SEED_SPACE)
     logprobs: int | None = Field(None, ge=0, le=5)
-    stop: str | list[str] | None = Field(None, description="up to 16 stop strings")
+    stop: Stops = Field(None, description="up to 16 stop strings")
     return_tokens_as_token_ids: bool = False
-    stream: Literal[False] = Field(False, description="streaming is not supported")
+    stream: NoStream = Field(False, description="streaming is not supported")
     user: str | None = Field(None, max_length=512, description="accepted, not used")
     group_key: str | None = Field(
         None,
@@ -78,13 +110,6 @@ class CompletionRequest(ClientRequest):
     prompt_id: str | None = Field(
         None, min_length=1, max_length=256, description="stable id of the prompt (one prompt)"
     )
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(v, list) and len(v) > 16:
-            raise ValueError(f"{len(v)} stop strings; at most 16")
-        return v
 
     def prompts(self) -> list[str | list[int]]:
         p = self.prompt
@@ -174,12 +199,12 @@ class ModelList(BaseModel):
 class SGLangSampling(BaseModel):
     model_config = STRICT
 
-    max_new_tokens: int = Field(128, ge=1, le=1_048_576)
+    max_new_tokens: int = Field(128, ge=1, le=1_048_576, json_schema_extra=NEW_TOKENS_BOUND)
     temperature: float = Field(1.0, ge=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1: disabled")
     n: int = Field(1, ge=1, le=256, description="samples per prompt (the group size)")
-    stop: str | list[str] | None = Field(None, description="stop strings (up to 16)")
+    stop: Stops = Field(None, description="stop strings (up to 16)")
     stop_token_ids: list[int] | None = Field(None, max_length=64)
     no_stop_trim: bool = Field(False, description="keep the matched stop string in the text")
     spaces_between_special_tokens: bool = Field(True, description="accepted, not used")
@@ -205,12 +230,12 @@ class GenerateRequest(ClientRequest):
         },
     )  # fmt: skip
 
-    input_ids: list[int] | list[list[int]] | None = None
-    text: str | list[str] | None = None
+    input_ids: PromptIds | PromptIdLists | None = None
+    text: PromptText | PromptTexts | None = None
     sampling_params: SGLangSampling = Field(default_factory=SGLangSampling)
     return_logprob: bool = False
-    rid: str | None = Field(None, description="id of this call, for /abort_request")
-    stream: Literal[False] = Field(False, description="streaming is not supported")
+    rid: Rid | None = Field(None, description="id of this call, for /abort_request")
+    stream: NoStream = Field(False, description="streaming is not supported")
     group_key: str | None = Field(None, min_length=1, max_length=256)
     prompt_id: str | None = Field(None, min_length=1, max_length=256)
 
@@ -218,10 +243,6 @@ class GenerateRequest(ClientRequest):
     def _one_input(self) -> GenerateRequest:
         if (self.input_ids is None) == (self.text is None):
             raise ValueError("give exactly one of input_ids and text")
-        if self.rid is not None and not RID.match(self.rid):
-            raise ValueError(f"rid {self.rid!r} must be 1-128 of A-Z a-z 0-9 _ . : -")
-        if len(self.sampling_params.stops()) > 16:
-            raise ValueError("at most 16 stop strings")
         return self
 
     def prompts(self) -> list[str | list[int]]:
@@ -343,6 +364,26 @@ class AbortResponse(BaseModel):
     aborted: list[str]
 
 
+def _version_digits(value: str) -> str:
+    if not VERSION_DIGITS.fullmatch(value):
+        raise ValueError(
+            f"weight_version {value[:40]!r} must be a positive integer up to {MAX_VERSION} in "
+            "decimal digits (0-9)"
+        )
+    return value
+
+
+#: A policy version as SGLang sends it (``weight_version``: decimal digits): 1..MAX_VERSION, as
+#: ``POST /v1/weights``'s ``version``; the schema states it as a pattern.
+VERSION_DIGITS = re.compile(decimal_pattern(MAX_VERSION))
+VersionDigits = Annotated[
+    str,
+    StringConstraints(max_length=32),
+    AfterValidator(_version_digits),
+    WithJsonSchema({"type": "string", "maxLength": 32, "pattern": VERSION_DIGITS.pattern}),
+]
+
+
 class DiskWeightsRequest(ClientRequest):
     """``POST /update_weights_from_disk`` (SGLang's shape of POST /v1/weights)."""
 
@@ -350,19 +391,12 @@ class DiskWeightsRequest(ClientRequest):
 
     model_path: str = Field(min_length=1, max_length=4096)
     load_format: str | None = Field(None, description="accepted; safetensors is what loads")
-    weight_version: str | None = Field(
-        None, max_length=32, description="the new version as decimal digits (None: current + 1)"
+    weight_version: VersionDigits | None = Field(
+        None, description="the new version as decimal digits (None: current + 1)"
     )
     abort_all_requests: bool = False
     sha256: str | None = Field(None, pattern="^[0-9a-f]{64}$", description="see POST /v1/weights")
     flush_cache: bool = Field(True, description="the prefix cache is always flushed")
-
-    @field_validator("weight_version")
-    @classmethod
-    def _digits(cls, v: str | None) -> str | None:
-        if v is not None and (not v.isdigit() or int(v) < 1):
-            raise ValueError(f"weight_version {v!r} must be a positive integer")
-        return v
 
     def version(self) -> int | None:
         return None if self.weight_version is None else int(self.weight_version)

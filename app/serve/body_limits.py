@@ -4,7 +4,9 @@ Invariant: no handler sees more than ``max_body_bytes`` of body, and no read of 
 longer than ``body_read_timeout_s`` for its next part. A declared ``Content-Length`` over the
 limit is refused with 413 before a byte is read (nothing is tokenized or parsed); a body that
 grows past it as it arrives (chunked, or longer than declared) is refused with 413 as soon as it
-does; a client that stops sending mid-body gets 408 and its connection back. Errors are raised as
+does; a client that stops sending mid-body gets 408 and its connection back. Once the body is
+in, ``receive`` waits unbounded again: what comes next is the client leaving, whenever it does
+(a streamed answer listens for it all along). Errors are raised as
 ``HTTPException`` from ``receive``: FastAPI re-raises those from its body parsing (any other
 exception there would become its 400), and the app's exception handling answers them.
 """
@@ -43,9 +45,12 @@ class BodyLimits:
             await _answer(send, 413, _too_large(max_bytes, f"Content-Length {declared}"))
             return
         seen = 0
+        body_done = False
 
         async def bounded() -> Message:
-            nonlocal seen
+            nonlocal seen, body_done
+            if body_done:  # bounded, a streamed answer was cut after body_read_timeout_s
+                return await receive()  # (its disconnect listener raised the 408)
             try:
                 message = await asyncio.wait_for(receive(), timeout)
             except TimeoutError:
@@ -58,6 +63,7 @@ class BodyLimits:
                 seen += len(message.get("body", b""))
                 if seen > max_bytes:
                     raise HTTPException(413, _too_large(max_bytes, f"{seen} bytes and more"))
+                body_done = not message.get("more_body", False)
             return message
 
         await self.app(scope, bounded, send)

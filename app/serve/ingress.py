@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -33,6 +33,7 @@ from app.api import (
     CompletionRequest,
     CompletionResponse,
     DiskWeightsRequest,
+    DiskWeightsResponse,
     ErrorBody,
     GenerateRequest,
     GroupResult,
@@ -58,6 +59,7 @@ from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
 from app.serve.body_limits import BodyLimits
+from app.serve.deployment_schema import deployment_schema
 from app.serve.detached import Background
 from app.serve.jobs import JobError
 from app.serve.metrics import CONTENT_TYPE
@@ -82,6 +84,7 @@ api = FastAPI(
     version="0.2.0",
     description="Grouped rollouts for synchronous LLM RL (Seer). Jobs: POST /v1/rollouts.",
     docs_url=None,  # served below from local assets: the default loads them from a CDN
+    openapi_url=None,  # served by the Ingress: the deployment's schema (see Ingress.openapi)
 )
 api.router.route_class = StrictJSONRoute  # before any route: a key twice in a body is a 422
 api.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
@@ -121,15 +124,10 @@ _ERROR_TEXT = {
 }
 
 
-def _errors(*codes: int, body: bool = True) -> dict[int | str, dict[str, Any]]:
-    """The ``responses=`` of a route that answers ``codes`` (documented in /openapi.json);
-    ``body=False``: the route answers its errors in a shape of its own."""
-    return {
-        c: {"model": ErrorBody, "description": _ERROR_TEXT[c]}
-        if body
-        else {"description": _ERROR_TEXT[c]}
-        for c in codes
-    }
+def _errors(*codes: int, model: type[BaseModel] = ErrorBody) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` of a route that answers ``codes`` (documented in /openapi.json) with
+    ``model`` bodies (a route with a shape of its own names it)."""
+    return {c: {"model": model, "description": _ERROR_TEXT[c]} for c in codes}
 
 
 _BODY_ERRORS = (400, 408, 413)  # any route with a body (app.serve.body_limits; 400: not JSON)
@@ -185,6 +183,10 @@ def _http(exc: JobError) -> HTTPException:
     headers = None
     if exc.retry_after_s is not None:
         headers = {"Retry-After": str(math.ceil(exc.retry_after_s))}
+    if exc.status == 422:  # a 422 is a list of field errors (documented): the scheduler's rules
+        # span fields (prompts x group_size, prompt + max_tokens, ...), so the body is named
+        detail: Any = [{"loc": ["body"], "msg": exc.message, "type": "value_error"}]
+        return HTTPException(status_code=422, detail=detail, headers=headers)
     return HTTPException(status_code=exc.status, detail=exc.message, headers=headers)
 
 
@@ -205,6 +207,18 @@ class Ingress:
         self.codec: TextCodec = await asyncio.wait_for(
             asyncio.to_thread(make_codec, config.engine), config.engine.start_timeout_s
         )
+        # The schema of this module's app as imported here: Serve runs a copy of this class and
+        # of the app pickled with the globals they use, and FastAPI's schema of that copy says
+        # "example": {} for every parameter and body (it tells an unset example by the identity
+        # of a marker object, which pickling copies).
+        from app.serve import ingress as module
+
+        self._openapi = deployment_schema(
+            module.api.openapi(),
+            max_model_len=config.engine.max_model_len,
+            vocab_size=self.codec.vocab_size,
+            logprobs_mode=config.engine.logprobs_mode,
+        )
 
     async def _ask(self, call: Awaitable[T]) -> T:
         """The scheduler's answer to ``call``; its refusal as the HTTP error it names."""
@@ -212,6 +226,16 @@ class Ingress:
             return await call
         except JobError as exc:
             raise _http(exc) from None
+
+    @api.get("/openapi.json", include_in_schema=False)
+    async def openapi(self, request: Request) -> JSONResponse:
+        """The schema of this deployment: the app's, with its model's bounds (token ids,
+        generated tokens, logprobs mode; ``app.serve.deployment_schema``). Under a root path
+        it lists that path as its server, as FastAPI's own route does."""
+        root = request.scope.get("root_path", "").rstrip("/")
+        if not root:
+            return JSONResponse(self._openapi)
+        return JSONResponse({**self._openapi, "servers": [{"url": root}]})
 
     # ------------------------------------------------------------------ health, metrics
     @api.get("/healthz", response_model=ServiceHealth, responses=_errors(503))
@@ -443,9 +467,10 @@ class Ingress:
         responses=_errors(401, 403, 404),
     )
     async def cancel(self, job_id: str, authorization: str | None = Header(None)) -> JobStatus:
-        """Cancel: the job's chunks are aborted on the engines and stop using capacity. Needs
-        ``Authorization: Bearer <token>``: the job's ``cancel_token`` (from its 202) or the
-        operator token."""
+        """Cancel: the job's chunks are aborted on the engines and stop using capacity; the job
+        stays readable (state cancelled, or the state it had ended in: cancelling is idempotent)
+        until job_ttl_s. Needs ``Authorization: Bearer <token>``: the job's ``cancel_token``
+        (from its 202) or the operator token."""
         if is_operator(self._operator_token, authorization):
             status: JobStatus = await self._ask(self.scheduler.cancel(job_id))
             return status
@@ -593,9 +618,23 @@ class Ingress:
 
     @api.post(
         "/update_weights_from_disk",
-        # SGLang's shape for errors too: {"success": false, "message", "num_paused_requests"}
-        responses=_errors(401, 403, 409, 503, 504, body=False),
-    )
+        response_model=DiskWeightsResponse,
+        # SGLang's shape for its errors too: {"success": false, "message", "num_paused_requests"};
+        # what is refused before it runs has the app's (a body that is not JSON or too large, a
+        # 422 of the body's validation)
+        responses={
+            **_errors(401, 403, 409, 503, 504, model=DiskWeightsResponse),
+            **_errors(*_BODY_ERRORS),
+            422: {
+                "description": "the body's validation (HTTPValidationError), or a path that is "
+                "not a directory under weights_root (DiskWeightsResponse)",
+                "content": {"application/json": {"schema": {"anyOf": [
+                    {"$ref": "#/components/schemas/HTTPValidationError"},
+                    {"$ref": "#/components/schemas/DiskWeightsResponse"},
+                ]}}},
+            },
+        },
+    )  # fmt: skip
     async def update_weights_from_disk(
         self, req: DiskWeightsRequest, authorization: str | None = Header(None)
     ) -> JSONResponse:
