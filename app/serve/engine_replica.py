@@ -190,10 +190,20 @@ class ReplicaPlacement(BaseModel):
 
 
 def _where(worker_gpu_ids: list[str]) -> ReplicaPlacement:
-    """This replica's placement (blocking: a GCS look-up of its placement group)."""
+    """This replica's placement (blocking: a GCS look-up of its placement group). Outside Ray
+    (a replica built in a unit test) no node: Ray's calls below would start a local Ray of
+    their own (auto-init), from this thread, beside whatever the process runs."""
     import ray
     from ray.util.placement_group import get_current_placement_group, placement_group_table
 
+    if not ray.is_initialized():
+        return ReplicaPlacement(
+            node_id="",
+            gpu_ids=worker_gpu_ids,
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            bundles=[],
+            bundle_nodes=[],
+        )
     own = [str(g) for g in ray.get_gpu_ids()]
     pg = get_current_placement_group()
     bundles: list[dict[str, float]] = []

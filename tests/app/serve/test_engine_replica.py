@@ -5,6 +5,8 @@ are counted, and the tokens of failed exchanges reach the server once it answers
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Coroutine
 from typing import Any
 
@@ -201,3 +203,21 @@ def test_an_abort_of_a_chunk_that_ended_leaves_later_chunks_alone() -> None:
         assert cut.finish_reason == "abort" and 0 < len(cut.token_ids) < 2000
 
     asyncio.run(main())
+
+
+def test_a_replica_outside_ray_starts_no_ray_of_its_own() -> None:
+    """Placement is looked up through Ray; a replica built outside Ray (as in these tests) has
+    no node, and the look-up must not auto-start a local Ray: one started that way from a
+    worker thread of the test process lost its GCS seconds later, and the driver then exited
+    the whole test run (exit 1, no summary) 60 s on. In a fresh process: this one may hold the
+    session's Ray."""
+    code = (
+        "import ray\n"
+        "from app.serve.engine_replica import _where\n"
+        "p = _where(['7'])\n"
+        "print(p.node_id == '' and p.gpu_ids == ['7'] and p.bundles == [], ray.is_initialized())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split()[-2:] == ["True", "False"], out.stdout + out.stderr[-2000:]
