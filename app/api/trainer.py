@@ -8,6 +8,7 @@ done); ``app.compat`` builds the answers from the job's groups.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -80,6 +81,44 @@ def native_rollout(
     )
 
 
+Loc = list[str | int]
+
+
+def own_loc(loc: Sequence[str | int], names: Mapping[str, Loc], prompt: str, batched: bool) -> Loc:
+    """The location, in a trainer request, of what ``loc`` names in the native job it became:
+    ``names`` maps a native field (or ``sampling.<field>``) to the request's own; a prompt
+    (``prompts``, index) is ``prompt`` itself, or its index when the request sent a list."""
+    if not loc:
+        return []
+    head, rest = str(loc[0]), list(loc[1:])
+    if head == "prompts":
+        return [prompt, *rest] if batched else [prompt, *rest[1:]]
+    if head == "sampling" and rest:
+        return [*names.get(f"sampling.{rest[0]}", [head, *rest[:1]]), *rest[1:]]
+    return [*names.get(head, [head]), *rest]
+
+
+_OPENAI_NAMES: dict[str, Loc] = {
+    "group_size": ["n"],
+    "prompt_ids": ["prompt_id"],
+    "logprobs": ["logprobs"],
+    "sampling.seed": ["seed"],
+    "sampling.temperature": ["temperature"],
+    "sampling.top_p": ["top_p"],
+    "sampling.top_k": ["top_k"],
+}
+_SGLANG_NAMES: dict[str, Loc] = {
+    "group_size": ["sampling_params", "n"],
+    "max_tokens": ["sampling_params", "max_new_tokens"],
+    "prompt_ids": ["prompt_id"],
+    "logprobs": ["return_logprob"],
+    "sampling.seed": ["sampling_params", "sampling_seed"],
+    "sampling.temperature": ["sampling_params", "temperature"],
+    "sampling.top_p": ["sampling_params", "top_p"],
+    "sampling.top_k": ["sampling_params", "top_k"],
+}
+
+
 # ------------------------------------------------------------------ OpenAI
 Prompt = PromptText | PromptIds | PromptTexts | PromptIdLists
 
@@ -123,6 +162,11 @@ class CompletionRequest(ClientRequest):
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def own_loc(self, loc: Sequence[str | int]) -> Loc:
+        """Where ``loc`` of the native job (``to_rollout``) is in this request."""
+        batched = isinstance(self.prompt, list) and not all(isinstance(x, int) for x in self.prompt)
+        return own_loc(loc, _OPENAI_NAMES, "prompt", batched)
 
     def to_rollout(self) -> RolloutRequest:
         """The native job of this request (ValueError naming the field when inconsistent)."""
@@ -264,6 +308,18 @@ class GenerateRequest(ClientRequest):
                 or (self.input_ids is not None and any(isinstance(x, list) for x in self.input_ids))
             )
         )
+
+    def own_loc(self, loc: Sequence[str | int]) -> Loc:
+        """Where ``loc`` of the native job (``to_rollout``) is in this request."""
+        field = "input_ids" if self.input_ids is not None else "text"
+        return own_loc(loc, _SGLANG_NAMES, field, self.batched_prompts)
+
+    @property
+    def batched_prompts(self) -> bool:
+        """The prompts came as a list of prompts (not one prompt)."""
+        if self.input_ids is not None:
+            return bool(self.input_ids) and all(isinstance(x, list) for x in self.input_ids)
+        return isinstance(self.text, list)
 
     def to_rollout(self) -> RolloutRequest:
         p = self.sampling_params

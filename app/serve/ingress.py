@@ -508,9 +508,27 @@ class Ingress:
         try:
             return build()
         except ValidationError as exc:
-            raise _unprocessable([], "; ".join(e["msg"] for e in exc.errors())) from None
+            detail = [
+                {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+                for e in exc.errors()
+            ]
+            raise HTTPException(status_code=422, detail=detail) from None
         except ValueError as exc:
             raise _unprocessable([], str(exc)) from None
+
+    @staticmethod
+    async def _in_their_fields(
+        req: CompletionRequest | GenerateRequest, work: Callable[[], Awaitable[T]]
+    ) -> T:
+        """``work`` on the native job ``req`` became; a 422 about that job names ``req``'s own
+        fields (``n``, ``sampling_params.max_new_tokens``, ``input_ids``), not the job's."""
+        try:
+            return await work()
+        except HTTPException as exc:
+            if exc.status_code != 422 or not isinstance(exc.detail, list):
+                raise
+            detail = [{**e, "loc": ["body", *req.own_loc(e["loc"][1:])]} for e in exc.detail]
+            raise HTTPException(status_code=422, detail=detail, headers=exc.headers) from None
 
     @api.get("/v1/models", response_model=ModelList)
     async def models(self) -> ModelList:
@@ -525,7 +543,9 @@ class Ingress:
     async def completions(self, req: CompletionRequest) -> JSONResponse:
         """OpenAI completions (subset): each prompt is a group of ``n`` choices; token ids,
         logprobs and the policy version of every choice (see ``app.compat.openai``)."""
-        job_id, outcome = await self._run(self._native(req.to_rollout))
+        job_id, outcome = await self._in_their_fields(
+            req, lambda: self._run(self._native(req.to_rollout))
+        )
         if outcome.status.state is not JobState.DONE:
             raise self._failed(outcome)
         out = await asyncio.to_thread(
@@ -543,7 +563,9 @@ class Ingress:
     async def generate(self, req: GenerateRequest) -> JSONResponse:
         """SGLang-style generate (see ``app.compat.sglang``): answers when the call is done or
         aborted (``/abort_request``: the tokens so far, finish reason ``abort``)."""
-        job_id, outcome = await self._run(self._native(req.to_rollout), req.rid, partial=True)
+        job_id, outcome = await self._in_their_fields(
+            req, lambda: self._run(self._native(req.to_rollout), req.rid, partial=True)
+        )
         if outcome.status.state not in (JobState.DONE, JobState.CANCELLED):
             raise self._failed(outcome)
         out = await asyncio.to_thread(

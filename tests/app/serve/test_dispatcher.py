@@ -516,24 +516,21 @@ def test_a_job_s_seed_guarantee_follows_whether_its_chunks_can_draft(
 
 
 @pytest.mark.parametrize("policy", ["verl", "context"])
-def test_a_group_verl_would_pin_to_one_replica_must_fit_its_kv(policy: str) -> None:
-    """verl runs a whole group on one replica: a group whose KV (group_size x (prompt +
-    max_tokens)) exceeds the largest replica's is 422 naming group_size; a divided policy
-    spreads the same group's responses over the replicas and takes it."""
+def test_a_response_no_replica_holds_is_422_under_every_policy_a_large_group_is_not(
+    policy: str,
+) -> None:
+    """A response whose prompt + max_tokens exceed every replica's KV can never run: 422 under
+    every policy (verl took it before). A group whose group_size x max_tokens exceeds one
+    replica's KV runs, also under verl, which puts the whole group on one replica."""
     links = FakeLinks(step_s=0.0)  # replicas of 512 x 64 = 32,768 KV tokens
 
     async def body(d: Dispatcher) -> None:
-        fits = d.submit(job_plan("fits", prompts=1, g=64, max_tokens=500))  # 64 x 504 = 32,256
-        big = job_plan("big", prompts=2, g=80, max_tokens=500)  # 80 x 504 = 40,320
-        if policy == "verl":
-            with pytest.raises(JobError) as e:
-                d.submit(big)
-            assert e.value.status == 422
-            assert "group_size=80 x 504 KV tokens" in e.value.message
-            assert "holds 32768" in e.value.message
-        else:
-            assert (await d.wait(d.submit(big).id)).state is JobState.DONE
-        assert (await d.wait(fits.id)).state is JobState.DONE
+        big = d.submit(job_plan("big", prompts=2, g=80, max_tokens=500))  # 80 x 504 = 40,320
+        with pytest.raises(JobError) as e:
+            d.submit(job_plan("huge", prompts=1, g=1, max_tokens=40_000))
+        assert e.value.status == 422 and "40004 KV tokens" in e.value.message
+        assert "holds 32768" in e.value.message
+        assert (await d.wait(big.id)).state is JobState.DONE
 
     asyncio.run(run_dispatcher(links, service_config(), policy, body))
 

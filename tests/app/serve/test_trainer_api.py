@@ -89,6 +89,9 @@ def test_completions_cut_at_a_stop_string_across_chunks(client: httpx.Client) ->
     bad = client.post("/v1/completions", json={**body, "prompt": ["a", "b"], "group_key": "k"})
     assert bad.status_code == 422 and "group_key needs exactly one prompt" in bad.text
     assert client.post("/v1/completions", json={**body, "best_of": 2}).status_code == 422
+    over = client.post("/v1/completions", json={**body, "prompt": [70, 10**6]})
+    assert over.status_code == 422 and over.json()["detail"][0]["loc"] == ["body", "prompt"]
+    assert bad.json()["detail"][0]["loc"] == ["body"]  # a rule across fields
 
 
 def test_requests_sent_one_by_one_join_one_group(client: httpx.Client) -> None:
@@ -134,6 +137,13 @@ def test_generate_in_sglang_shape_single_and_batched(client: httpx.Client) -> No
     both = client.post("/generate", json={"text": "a", "input_ids": [1]})
     assert both.status_code == 422 and "exactly one of input_ids and text" in both.text
     assert client.post("/generate", json={"input_ids": [1], "rid": "a b"}).status_code == 422
+    # a 422 about the job a call became names the call's own fields
+    ids = {"input_ids": [[70, 71], [72, 10**6]], "sampling_params": {"max_new_tokens": 8}}
+    far = client.post("/generate", json=ids)
+    assert far.status_code == 422 and far.json()["detail"][0]["loc"] == ["body", "input_ids", 1]
+    cap = {"input_ids": [70], "sampling_params": {"max_new_tokens": 512}}  # the fake's context
+    over = client.post("/generate", json=cap)
+    assert over.json()["detail"][0]["loc"] == ["body", "sampling_params", "max_new_tokens"]
 
 
 def test_abort_request_returns_the_partial_sample_as_abort(client: httpx.Client) -> None:
