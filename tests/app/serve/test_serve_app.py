@@ -545,14 +545,17 @@ def test_weight_update_reloads_every_replica_without_mixing_versions(
     wrong = client.post("/v1/weights", json={"path": str(ckpt), "sha256": "0" * 64}, headers=auth)
     assert wrong.status_code == 503 and "not the expected" in wrong.text, wrong.text
     assert client.get("/v1/weights").json()["version"] == 0
+    # more responses than the replicas run at once (2 x 32), so chunks are still out when the
+    # first response is done (under verl a response is one chunk: its tokens count only then);
+    # with fewer, all ran in one wave and could all be done before the update arrived
     job = client.post(
         "/v1/rollouts",
-        json={"prompts": prompts * 4, "group_size": 2, "max_tokens": 48, "sampling": greedy},
+        json={"prompts": prompts * 40, "group_size": 2, "max_tokens": 48, "sampling": greedy},
     ).json()["id"]
     deadline = time.monotonic() + 120
-    while client.get(f"/v1/rollouts/{job}").json()["progress"]["output_tokens"] < 16:
+    while client.get(f"/v1/rollouts/{job}").json()["progress"]["requests_done"] < 1:
         assert time.monotonic() < deadline
-        time.sleep(0.1)
+        time.sleep(0.05)
     # verl runs each response as one chunk: abort them (they restart under the new weights)
     body = {"path": str(ckpt), "abort_running": True, "sha256": digest}
     r = client.post("/v1/weights", json=body, headers=auth)
@@ -576,7 +579,7 @@ def test_weight_update_reloads_every_replica_without_mixing_versions(
     assert {r["policy_version"] for g in new["groups"] for r in g["responses"]} == {1}
     with client.stream("GET", f"/v1/rollouts/{job}/groups") as s:
         groups = [json.loads(line) for line in s.iter_lines() if line]
-    assert len(groups) == 8
+    assert len(groups) == 80
     versions = set()
     for g in groups:
         for resp in g["responses"]:  # all tokens of one version: equal to that version's greedy
