@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
 
 from core.engine.types import FinishReason
 from core.events import EventSink, NullSink
@@ -60,6 +61,8 @@ class BaseScheduler(ABC):
 
     #: ``submit`` needs every request's true length (an oracle ordering; see ``submit``)
     _needs_oracle = False
+    #: the ``config.divided`` this class runs (``make_scheduler`` picks the class by it)
+    _divided: ClassVar[bool]
 
     def __init__(
         self,
@@ -74,6 +77,11 @@ class BaseScheduler(ABC):
         slots (and at least as many as are live) belong to released groups. ``sink`` receives
         ``core.events`` records (chunk done, request finished, group estimate, group finished)
         stamped with ``clock()``; None or a ``NullSink``: no event is built."""
+        if config.divided is not self._divided:
+            raise ValueError(
+                f"config.divided is {config.divided}, which {type(self).__name__} does not run: "
+                "build the scheduler with make_scheduler"
+            )
         if not replicas:
             raise ValueError("need at least one replica")
         ids = [r.replica_id for r in replicas]
@@ -104,6 +112,11 @@ class BaseScheduler(ABC):
         self._trace = (
             None if sink is None or isinstance(sink, NullSink) else EventTrace(sink, clock)
         )
+        self._start()
+
+    @abstractmethod
+    def _start(self) -> None:
+        """The subclass's own state (its ready queues, routing), once the shared state exists."""
 
     # ------------------------------------------------------------------ inputs
     def submit(

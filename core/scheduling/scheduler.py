@@ -13,17 +13,14 @@ finished requests). Routing: the configured routing policy, except that a reques
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from core.events import EventSink
-from core.scheduling.base import DEFAULT_COMPACT_AFTER, BaseScheduler
-from core.scheduling.config import SchedulerConfig
-from core.scheduling.estimate import GroupStats, LengthPrior
+from core.scheduling.base import BaseScheduler
+from core.scheduling.estimate import GroupStats
 from core.scheduling.ordering import ORACLE_ORDERINGS, STATIC_ORDERINGS
 from core.scheduling.queues import ReadyQueues
 from core.scheduling.routing import get_routing
-from core.scheduling.types import ChunkDecision, ReplicaSpec
+from core.scheduling.types import ChunkDecision
 
 _MAX_SKIPS = 8  # queued requests set aside per schedule() call when no replica fits them
 
@@ -31,22 +28,10 @@ _MAX_SKIPS = 8  # queued requests set aside per schedule() call when no replica 
 class Scheduler(BaseScheduler):
     """Divided rollout + context-aware ordering (the policies with ``config.divided``)."""
 
-    def __init__(
-        self,
-        config: SchedulerConfig,
-        replicas: Sequence[ReplicaSpec],
-        prior: LengthPrior | None = None,
-        compact_after: int = DEFAULT_COMPACT_AFTER,
-        sink: EventSink | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        """See ``BaseScheduler``; ``config.divided`` must be set (else ``make_scheduler``
-        builds the ``VerlScheduler`` it asks for)."""
-        if not config.divided:
-            raise ValueError(
-                "config.divided is False (the veRL baseline): build it with make_scheduler"
-            )
-        super().__init__(config, replicas, prior, compact_after, sink, clock)
+    _divided = True
+
+    def _start(self) -> None:
+        config = self.config
         self._route = get_routing(config.routing)
         self._needs_oracle = config.ordering in ORACLE_ORDERINGS
         self.oracle_lengths: Sequence[int] | None = (

@@ -12,16 +12,12 @@ measured against. ``VerlScheduler`` is the ``BaseScheduler`` that runs it (what
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.events import EventSink
-from core.scheduling.base import DEFAULT_COMPACT_AFTER, BaseScheduler
-from core.scheduling.config import SchedulerConfig
-from core.scheduling.estimate import LengthPrior
+from core.scheduling.base import BaseScheduler
 from core.scheduling.queues import FifoLine
-from core.scheduling.types import ChunkDecision, ReplicaSpec
+from core.scheduling.types import ChunkDecision
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,22 +49,9 @@ class VerlScheduler(BaseScheduler):
     """The veRL baseline (the ``verl`` policy; a config with ``divided`` False): same public API
     as the divided ``Scheduler``."""
 
-    def __init__(
-        self,
-        config: SchedulerConfig,
-        replicas: Sequence[ReplicaSpec],
-        prior: LengthPrior | None = None,
-        compact_after: int = DEFAULT_COMPACT_AFTER,
-        sink: EventSink | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        """See ``BaseScheduler``; ``config.divided`` must be False (its ordering, chunk and
-        routing settings are not used)."""
-        if config.divided:
-            raise ValueError(
-                "config.divided is set (divided rollout): build it with make_scheduler"
-            )
-        super().__init__(config, replicas, prior, compact_after, sink, clock)
+    _divided = False
+
+    def _start(self) -> None:
         self._line = FifoLine(self.requests)
         self._next = 0  # groups placed so far (over every submit): the rotation goes on
 
