@@ -165,14 +165,20 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ policy
     @property
+    def next_plan(self) -> PolicyPlan:
+        """The plan jobs submitted now run under: a pending switch, else the running one (they
+        wait in the queue for a switch)."""
+        return self._pending_plan or self.plan
+
+    @property
     def wants_prior(self) -> bool:
         """Jobs submitted now run under a policy that reads the length prior."""
-        return self.prior is not None and (self._pending_plan or self.plan).uses_prior
+        return self.prior is not None and self.next_plan.uses_prior
 
     @property
     def policy(self) -> str:
         """The policy new jobs run under (a pending switch counts as running)."""
-        return (self._pending_plan or self.plan).name
+        return self.next_plan.name
 
     def set_policy(self, plan: PolicyPlan) -> None:
         """Switch policy: at once when no job is in the scheduler, else when the running jobs
@@ -195,10 +201,9 @@ class Dispatcher:
         """Accept a job or raise ``JobError`` (422 too large, 429 over a total, 503 closing)."""
         if not self.accepting:
             raise JobError(503, "the service is shutting down; not accepting rollouts")
-        runs_under = self._pending_plan or self.plan  # queued jobs wait for a pending switch
         self._check_fits(plan)
         self.book.check(plan)  # 422 per-job limits, 409 id held, 429 open totals
-        drafts = self.config.engines_draft(runs_under.speculate)
+        drafts = self.config.engines_draft(self.next_plan.speculate)
         job = Job(plan=plan, policy=self.policy, seed_guarantee=seed_guarantee(plan.seeded, drafts))
         self.book.add(job)
         self._idle.clear()
