@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from app.commands import compare, db, demo, e2e, exactness, models, replay, serve, simulate
+from app.commands import (
+    compare,
+    db,
+    demo,
+    e2e,
+    exactness,
+    models,
+    replay,
+    serve,
+    sim_vs_real,
+    simulate,
+)
 from app.commands.help import SeerTyper
 
 HELP = """Seer rollout service for RL training: a trainer sends a batch of prompts and gets
@@ -33,6 +44,7 @@ e2e.register(cli)
 compare.register(cli)
 exactness.register(cli)
 db.register(cli)
+sim_vs_real.register(cli)
 
 
 def main() -> None:

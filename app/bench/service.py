@@ -8,6 +8,8 @@ for a rollout); ``close`` stops Serve and the Ray this object started, nothing e
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +18,13 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class RolloutRun:
     """One finished rollout as the benchmark measures it: each response's
-    ``finished_after_s`` (since the job started), its length, the job's policy."""
+    ``finished_after_s`` (since the job started), its length and its token ids (group by group,
+    in the order of the prompts), the job's policy."""
 
     policy: str
     ends: list[float]
     lengths: list[int]
+    token_ids: list[list[int]]
 
     @property
     def makespan_s(self) -> float:
@@ -91,7 +95,10 @@ class ServiceBench:
         out = r.json()
         resp = [x for g in out["groups"] for x in g["responses"]]
         return RolloutRun(
-            out["policy"], [x["finished_after_s"] for x in resp], [x["length"] for x in resp]
+            out["policy"],
+            [x["finished_after_s"] for x in resp],
+            [x["length"] for x in resp],
+            [x["token_ids"] for x in resp],
         )
 
     def metrics_text(self) -> str:
@@ -102,7 +109,10 @@ class ServiceBench:
         from ray import serve
 
         self.client.close()
-        try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
+        # Ray prints its shutdown warnings ("(raylet) Task ... failed") on stdout, where a
+        # benchmark's --json goes: they go to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()

@@ -76,6 +76,14 @@ def simulate(
             "preset's aggregate model (docs/simulator.md)"
         ),
     ] = 1,
+    cost: Annotated[
+        str | None,
+        typer.Option(
+            help="cost model: a preset's (moonlight, qwen2-vl, kimi-k2), vllm-cpu (the CPU "
+            "service's engine, fitted to measured step times), or fit:FILE (the cost.json "
+            "`seer sim-vs-real` writes); default: the workload's (qwen2-vl for replay:FILE)"
+        ),
+    ] = None,
 ) -> None:
     """Simulate one rollout iteration on N engine instances in virtual time and compare
     policies: throughput (output tokens/s), makespan, tail (time spent on the last 10% of
@@ -109,6 +117,7 @@ def simulate(
             acceptance=acceptance,
             trace=plot is not None,
             ranks=ranks,
+            cost=cost,
         )
         report = run_simulation(req) if as_json else _run_with_progress(req)
     except (ValueError, FileNotFoundError) as exc:

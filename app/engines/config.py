@@ -134,6 +134,16 @@ class EngineConfig(BaseModel):
     kv_cache_gib: float = Field(
         1.0, gt=0, le=1024, description="KV cache size (VLLM_CPU_KVCACHE_SPACE on CPU)"
     )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="CPU only: compute threads of the engine, 1..1024, not pinned to cores. "
+        "null = vLLM's own binding: one thread pinned to every core of the NUMA node, right for "
+        "one replica per machine; with several replicas on one machine give each its share of "
+        "the cores (2 replicas of 2-core machine: 1), or their pinned threads fight over the "
+        "same cores (measured 4-40x slower steps: docs/simulator.md)",
+    )
     enforce_eager: bool = Field(True, description="skip graph capture (start ~30 s on CPU)")
     enable_prefix_caching: bool = Field(True, description="continuation chunks reuse cached KV")
     gpu_memory_utilization: float = Field(

@@ -2,8 +2,9 @@
 
 Invariant: a step reads the weights it touches once and the KV of every context token once,
 and computes 2 x active parameters FLOPs per token it verifies; its time is a roofline,
-``overhead + max(bytes / (bandwidth x bw_eff), flops / (peak x flops_eff))``; a step that
-verifies draft tokens pays their FLOPs (and MoE experts) in the roofline plus a fixed
+``overhead + max(bytes / (bandwidth x bw_eff), flops / (peak x flops_eff))`` (``roofline``
+"sum": the two terms added, for engines whose memory traffic and compute do not overlap); a
+step that verifies draft tokens pays their FLOPs (and MoE experts) in the roofline plus a fixed
 ``verify_step_s`` (what the roofline leaves out of speculation: the verification kernels'
 launch and padding, rejection sampling, the drafter round trip and its synchronisation).
 MoE weights touched grow with the number of tokens in the step (1 - (1 - k/E)^tokens of the
@@ -23,8 +24,10 @@ is assumed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from core.bounds import check_range
 
@@ -53,7 +56,8 @@ H800 = Hardware("H800-SXM", mem_bytes=80e9, mem_bw=3.35e12, flops=989e12, link_b
 class ModelShape:
     """A model as the cost model sees it.
 
-    ``total_params`` >= ``active_params`` > 0; ``bytes_per_param`` in {1, 2} (FP8/BF16);
+    ``total_params`` >= ``active_params`` > 0; ``bytes_per_param`` in {1, 2, 4}
+    (FP8/BF16/FP32; the KV cache is in the same dtype);
     ``kv_bytes_per_token`` > 0; ``experts`` >= 0 (0 = dense) with ``experts_per_token`` in
     [1, experts]; ``expert_params`` in [0, total_params]: parameters inside routed experts."""
 
@@ -72,8 +76,8 @@ class ModelShape:
                 f"{self.name}: need 0 < active_params={self.active_params} "
                 f"<= total_params={self.total_params}"
             )
-        if self.bytes_per_param not in (1, 2):
-            raise ValueError(f"{self.name}: bytes_per_param={self.bytes_per_param} not 1 or 2")
+        if self.bytes_per_param not in (1, 2, 4):
+            raise ValueError(f"{self.name}: bytes_per_param={self.bytes_per_param} not 1, 2 or 4")
         if not self.kv_bytes_per_token > 0:
             raise ValueError(f"{self.name}: kv_bytes_per_token={self.kv_bytes_per_token} <= 0")
         if self.experts < 0 or (
@@ -117,7 +121,12 @@ class CostModel:
     ``core.sim.workload.PRESETS``); ``draft_budget`` >= 0 (draft tokens one engine verifies per
     step, all requests together: the adaptive draft policy's ``step_token_budget``, 128 in the
     engines; fitted values in ``PRESETS``); ``ranks`` in [1, gpus], dividing ``gpus`` (data-parallel
-    attention ranks; ``max_running`` and ``kv_capacity_tokens`` are then per rank)."""
+    attention ranks; ``max_running`` and ``kv_capacity_tokens`` are then per rank);
+    ``roofline``: "max" (memory traffic and compute overlap, as on a GPU) or "sum" (they do
+    not: the same CPU cores load and multiply, so a step pays both);
+    ``prefill_flops_eff`` in (0, 1] or None (= ``flops_eff``): the achieved fraction of peak
+    FLOPs in a prefill, a large matrix product, where a decode step's small ones achieve less
+    (on CPU: measured 2x, docs/simulator.md)."""
 
     model: ModelShape
     hardware: Hardware = H800
@@ -132,9 +141,15 @@ class CostModel:
     verify_step_s: float = 0.0
     draft_budget: int = 128
     ranks: int = 1
+    roofline: str = "max"
+    prefill_flops_eff: float | None = None
 
     def __post_init__(self) -> None:
         check_range("gpus", self.gpus, 1)
+        if self.roofline not in ("max", "sum"):
+            raise ValueError(f"roofline={self.roofline!r} not 'max' or 'sum'")
+        if self.prefill_flops_eff is not None:
+            check_range("prefill_flops_eff", self.prefill_flops_eff, 0, 1, lo_open=True)
         for f in ("bw_eff", "flops_eff", "mem_util"):
             check_range(f, getattr(self, f), 0, 1, lo_open=True)
         check_range("step_overhead_s", self.step_overhead_s, 0, 1)
@@ -186,7 +201,8 @@ class CostModel:
         mem = self._touched_weight_bytes(tokens) + context_tokens * self.model.kv_bytes_per_token
         t_mem = mem / (hw.mem_bw * self.gpus * self.bw_eff)
         t_cmp = 2.0 * self.model.active_params * tokens / (hw.flops * self.gpus * self.flops_eff)
-        t = self.step_overhead_s + max(t_mem, t_cmp)
+        body = t_mem + t_cmp if self.roofline == "sum" else max(t_mem, t_cmp)
+        t = self.step_overhead_s + body
         if draft_tokens > 0:
             t += self.verify_step_s
         return t
@@ -197,7 +213,8 @@ class CostModel:
             return 0.0
         hw = self.hardware
         work = 2.0 * self.model.active_params * tokens * self.ranks
-        return work / (hw.flops * self.gpus * self.flops_eff)
+        eff = self.flops_eff if self.prefill_flops_eff is None else self.prefill_flops_eff
+        return work / (hw.flops * self.gpus * eff)
 
     def migrate_time(self, tokens: int) -> float:
         """Bring ``tokens`` of a request's KV to another instance: pull it from the global KV
@@ -221,3 +238,69 @@ class CostModel:
         ctx = max(mean_context, 1.0)
         batch = max(1, min(self.max_running, math.floor(self.kv_capacity_tokens / ctx)))
         return batch / self.step_time(batch, batch * ctx)
+
+
+def cost_to_json(cost: CostModel) -> dict[str, object]:
+    """``cost`` as plain JSON (``cost_from_json`` reads it back equal)."""
+    return dataclasses.asdict(cost)
+
+
+def cost_from_json(doc: dict[str, Any]) -> CostModel:
+    """The ``CostModel`` of ``cost_to_json``; ValueError naming what is missing or wrong."""
+    try:
+        return CostModel(
+            **{
+                **doc,
+                "model": ModelShape(**doc["model"]),
+                "hardware": Hardware(**doc["hardware"]),
+            }
+        )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a cost model: {exc}") from None
+
+
+# SmolLM2-135M-Instruct, the model the CPU service ships (its config.json: 30 layers, hidden 576,
+# MLP 1,536, 3 KV heads of 64, vocabulary 49,152 tied with the output layer), in float32 as the
+# service runs it: 134.5 M parameters, all active (the tied output layer is a matmul per token).
+SMOLLM2_135M = ModelShape(
+    "SmolLM2-135M-Instruct", total_params=134.5e6, active_params=134.5e6, bytes_per_param=4,
+    kv_bytes_per_token=30 * 3 * 64 * 2 * 4,
+)  # fmt: skip
+
+# The KV cache vLLM gives the CPU service's engine (kv_cache_gib 1): 1,456 blocks of 16 tokens,
+# as measured by ``app.bench.engine_steps``.
+VLLM_CPU_KV_TOKENS = 23_296
+
+# One vCPU of an Intel Xeon with AVX-512 (this project's machines: 2 of them), what a CPU engine
+# with ``cpu_threads`` 1 computes on (serve_config.yaml: 2 replicas, 1 thread each). Nominal
+# peaks, which the fitted efficiencies are fractions of: FP32 2 FMA units x 16 lanes x 2 FLOPs
+# per cycle at an assumed 3.5 GHz turbo = 224 GFLOP/s; memory 20 GB/s (an assumed per-core share
+# of the socket's bandwidth). Memory = the weights + the KV cache above. No KV link between CPU
+# replicas (1 byte/s): a request moved to another replica recomputes its context.
+XEON_VCPU = Hardware(
+    "Xeon-vCPU",
+    mem_bytes=SMOLLM2_135M.total_params * SMOLLM2_135M.bytes_per_param
+    + VLLM_CPU_KV_TOKENS * SMOLLM2_135M.kv_bytes_per_token,
+    mem_bw=20e9,
+    flops=224e9,
+    link_bw=1.0,
+)
+
+# The CPU service's engine (serve_config.yaml: vllm-cpu, SmolLM2-135M in float32, cpu_threads 1,
+# max_num_seqs 64, kv_cache_gib 1, enforce_eager). Fitted (``core.sim.step_fit``, from
+# ``VLLM_CPU_FIT_START``) by ``seer sim-vs-real`` on 2026-12-05 to 480 engine steps it measured on
+# this project's 2-vCPU machine, two engines at once as the service's two replicas run
+# (``data/sim-vs-real/steps.json``: batch 1-16 x context 64-768 per request, and prefills of
+# 64-2,048 tokens): bw_eff, flops_eff, prefill_flops_eff and step_overhead_s; rms log error 0.082
+# on decode steps, 0.115 on prefills (docs/simulator.md, "One real-engine point").
+# ``verify_step_s`` is not fitted (0): the CPU service does not speculate, and vLLM's n-gram
+# proposer, the one that drafts without a draft server, is pathological on 2 cores.
+VLLM_CPU_FIT_START = CostModel(
+    SMOLLM2_135M, hardware=XEON_VCPU, gpus=1, bw_eff=0.5, flops_eff=0.5, step_overhead_s=0.02,
+    mem_util=1.0, reserve_bytes_per_gpu=0.0, max_running=64, verify_step_s=0.0, draft_budget=128,
+    roofline="sum", prefill_flops_eff=0.5,
+)  # fmt: skip
+VLLM_CPU = dataclasses.replace(
+    VLLM_CPU_FIT_START, bw_eff=0.6046875, flops_eff=0.3125, prefill_flops_eff=0.596875,
+    step_overhead_s=0.011484375,
+)  # fmt: skip

@@ -9,8 +9,8 @@ the parameters the paper gives no number for are free, each within documented bo
 (``FREE``): the groups' length dispersion, the runaway share, the per-step overhead and, where a
 preemption count is a target, the KV headroom. The objective is the sum over targets of
 weight x log(ours / paper)^2 on the mean over ``FIT_SEEDS`` (the same drawn workloads at every
-point, so the objective is deterministic); a compass search (each free parameter +-step, step
-halved when nothing improves) minimises it. The fitted values are written into
+point, so the objective is deterministic); ``core.sim.search.compass`` (each free parameter
++-step, steps halved when nothing improves) minimises it. The fitted values are written into
 ``core.sim.workload.PRESETS`` by hand, each with its targets named, and re-checked by tests.
 Run: ``python -m core.sim.joint [PRESET ...]`` (~2-10 min per preset on 2 cores).
 """
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.bounds import check_range
+from core.sim.search import Param, compass
 from core.sim.simulator import simulate
 from core.sim.workload import Preset, generate, get_preset
 
@@ -174,25 +175,9 @@ def fit(
                 report(vals, fig, cache[key][0])
         return cache[key]
 
-    cur = {f.name: f.start for f in free}
-    best, fig = evaluate(cur)
-    steps = {f.name: f.step for f in free}
-    for _ in range(sweeps):
-        improved = True
-        while improved:
-            improved = False
-            for f in free:
-                for sign in (1.0, -1.0):
-                    trial = dict(cur)
-                    trial[f.name] = min(f.hi, max(f.lo, cur[f.name] + sign * steps[f.name]))
-                    if trial[f.name] == cur[f.name]:
-                        continue
-                    val, tfig = evaluate(trial)
-                    if val < best - 1e-9:
-                        cur, best, fig, improved = trial, val, tfig, True
-                        break
-        steps = {k: v / 2 for k, v in steps.items()}
-    return cur, fig
+    params = tuple(Param(f.name, f.lo, f.hi, f.start, f.step) for f in free)
+    cur, _ = compass(lambda vals: evaluate(vals)[0], params, sweeps)
+    return cur, evaluate(cur)[1]
 
 
 def main() -> None:

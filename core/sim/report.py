@@ -18,14 +18,16 @@ verified drafts of their time over the same step without drafts, 1.0 when none d
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from core.scheduling import POLICIES, SchedulerConfig
 from core.sim.acceptance import get_acceptance
-from core.sim.cost import CostModel
+from core.sim.cost import CostModel, cost_from_json
 from core.sim.simulator import PolicyResult, simulate
-from core.sim.workload import Workload, generate, get_preset, load_recorded
+from core.sim.workload import Workload, generate, get_cost, get_preset, load_recorded
 
 _SPEC_FIELDS = (
     "groups",
@@ -46,7 +48,10 @@ class SimulationRequest:
     in ``core.scheduling.POLICIES`` (distinct, >= 1); ``chunk_tokens``: None = scheduler default;
     ``acceptance``: see ``core.sim.acceptance.get_acceptance``; ``ranks``: data-parallel
     attention ranks per instance (>= 1, dividing its GPUs; 1 = the preset's aggregate model),
-    each with its own KV, 1/ranks of the instance's ``max_running`` and its own draft budget."""
+    each with its own KV, 1/ranks of the instance's ``max_running`` and its own draft budget;
+    ``cost``: None = the workload preset's cost model (qwen2-vl's for a replay), else a name of
+    ``core.sim.workload.get_cost`` (a preset's, or ``vllm-cpu``) or ``fit:FILE`` (a cost model
+    as JSON, ``core.sim.cost.cost_to_json``: what ``seer sim-vs-real`` fits and writes)."""
 
     workload: str = "qwen2-vl"
     overrides: dict[str, float | int] = field(default_factory=dict)
@@ -57,6 +62,7 @@ class SimulationRequest:
     acceptance: str = "paper-1path"
     trace: bool = False
     ranks: int = 1
+    cost: str | None = None
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -138,17 +144,30 @@ class SimulationReport:
 def build_workload(req: SimulationRequest) -> tuple[Workload, CostModel, float | None]:
     """(workload, cost model, paper veRL seconds or None) for a request."""
     if req.workload.startswith("replay:"):
-        base = get_preset("qwen2-vl")
         inst = int(req.overrides.get("instances", 1))
         work = load_recorded(req.workload[len("replay:") :], instances=inst)
         if set(req.overrides) - {"instances"}:
             raise ValueError("replay workloads take only --instances among the shape flags")
-        return work, _per_rank(base.cost, req.ranks), None
+        cost = _cost(req.cost or "qwen2-vl")
+        return work, _per_rank(cost, req.ranks), None
     preset = get_preset(req.workload)
     spec = dataclasses.replace(preset.spec, **req.overrides)  # type: ignore[arg-type]
     if req.scale != 1.0:
         spec = spec.scaled(req.scale)
-    return generate(spec, req.seed), _per_rank(preset.cost, req.ranks), preset.paper_verl_s
+    cost = preset.cost if req.cost is None else _cost(req.cost)
+    paper = preset.paper_verl_s if req.cost is None else None
+    return generate(spec, req.seed), _per_rank(cost, req.ranks), paper
+
+
+def _cost(name: str) -> CostModel:
+    """A cost preset's name, or ``fit:FILE`` (a cost model as JSON)."""
+    if not name.startswith("fit:"):
+        return get_cost(name)
+    path = Path(name[len("fit:") :])
+    try:
+        return cost_from_json(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError, ValueError) as exc:
+        raise ValueError(f"cost {name!r}: {exc}") from None
 
 
 def _per_rank(cost: CostModel, ranks: int) -> CostModel:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from core.bounds import check_range
-from core.sim.cost import KIMI_K2, MOONLIGHT, QWEN2_VL_72B, CostModel
+from core.sim.cost import KIMI_K2, MOONLIGHT, QWEN2_VL_72B, VLLM_CPU, CostModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +142,20 @@ def get_preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown workload {name!r}; valid: {sorted(PRESETS)}") from None
+
+
+#: Cost models without a paper workload: ``vllm-cpu`` (the CPU service's engine, fitted to
+#: measured step times: ``core.sim.cost.VLLM_CPU``).
+COSTS: dict[str, CostModel] = {"vllm-cpu": VLLM_CPU}
+
+
+def get_cost(name: str) -> CostModel:
+    """The cost model named ``name``: a workload preset's, or one of ``COSTS``."""
+    if name in COSTS:
+        return COSTS[name]
+    if name in PRESETS:
+        return PRESETS[name].cost
+    raise ValueError(f"unknown cost model {name!r}; valid: {sorted({*PRESETS, *COSTS})}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,7 +189,7 @@ class VllmEngine:
         model_path = resolve_model(self.config.model)
         ray_workers = uses_ray_workers(self.config)
         cpu = not ray_workers and _on_cpu()
-        apply_engine_env(cpu, self.config.kv_cache_gib)
+        apply_engine_env(cpu, self.config.kv_cache_gib, self.config.cpu_threads)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 

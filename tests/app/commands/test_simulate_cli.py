@@ -119,7 +119,7 @@ def test_help_documents_every_flag() -> None:
     assert res.exit_code == 0
     for flag in ("--workload", "--groups", "--group-size", "--mean-tokens", "--max-tokens",
                  "--instances", "--length-sigma", "--within-sigma", "--scale", "--policies",
-                 "--seed", "--json", "--plot", "--acceptance", "--ranks"):  # fmt: skip
+                 "--seed", "--json", "--plot", "--acceptance", "--ranks", "--cost"):  # fmt: skip
         assert flag in res.stdout
 
 
@@ -135,3 +135,36 @@ def test_ranks_split_an_instance_into_data_parallel_engines() -> None:
     assert w["kv_capacity_tokens"] == pooled["kv_capacity_tokens"] // 32
     res = runner.invoke(cli, [*args, "--ranks", "5"])
     assert res.exit_code == 2 and "ranks=5 does not divide gpus=32" in res.output
+
+
+def test_the_committed_real_engine_point_is_reproduced_by_simulate() -> None:
+    """data/sim-vs-real: what `seer sim-vs-real` measured and wrote on 2026-12-05; its simulated
+    column is `seer simulate` on the observed rollout with the fitted cost model."""
+    from app.data import ROOT
+
+    folder = ROOT / "data" / "sim-vs-real"
+    report = json.loads((folder / "report.json").read_text())
+    assert report["same_lengths"] is True  # one observed rollout serves every policy
+    res = runner.invoke(cli, ["simulate", "--workload", f"replay:{folder / 'observed.jsonl.gz'}",
+                              "--cost", f"fit:{folder / 'cost.json'}", "--instances", "2",
+                              "--chunk-tokens", "512", "--policies", "verl,divided,context",
+                              "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["workload"]["max_running"] == report["setup"]["max_num_seqs"] == 16
+    for name, row in report["policies"].items():
+        assert got["policies"][name]["makespan_s"] == row["simulated"]["makespan_s"]
+        assert got["policies"][name]["tail_s"] == row["simulated"]["tail_s"]
+
+
+def test_cost_names_a_preset_the_cpu_engine_or_a_file() -> None:
+    base = ["simulate", *SMALL, "--policies", "verl", "--json"]
+    cpu = runner.invoke(cli, [*base, "--cost", "vllm-cpu", "--max-tokens", "1024",
+                              "--mean-tokens", "300"])  # fmt: skip
+    assert cpu.exit_code == 0, cpu.output
+    w = json.loads(cpu.stdout)["workload"]
+    assert w["model"] == "SmolLM2-135M-Instruct" and w["paper_verl_s"] is None
+    res = runner.invoke(cli, [*base, "--cost", "h100"])
+    assert res.exit_code == 2 and "unknown cost model 'h100'" in res.output
+    res = runner.invoke(cli, [*base, "--cost", "fit:/nonexistent/cost.json"])
+    assert res.exit_code == 2 and "fit:/nonexistent/cost.json" in res.output

@@ -204,3 +204,42 @@ def test_load_shared_recorded_rollouts() -> None:
     assert math.isclose(w.spec.mean_tokens, 77677 / 256)
     # the README's ICC of 0.19: siblings vary more than groups do
     assert w.spec.within_sigma > w.spec.length_sigma
+
+
+def test_a_sum_roofline_pays_memory_and_compute_and_prefill_has_its_own_efficiency() -> None:
+    from core.sim.cost import VLLM_CPU
+
+    mx = dataclasses.replace(VLLM_CPU, roofline="max", step_overhead_s=0.0)
+    sm = dataclasses.replace(mx, roofline="sum")
+    t_mem = mx.weight_bytes / (mx.hardware.mem_bw * mx.bw_eff)  # batch 1, no context
+    t_cmp = 2 * mx.model.active_params / (mx.hardware.flops * mx.flops_eff)
+    assert mx.step_time(1, 0) == pytest.approx(max(t_mem, t_cmp))
+    assert sm.step_time(1, 0) == pytest.approx(t_mem + t_cmp)
+    assert VLLM_CPU.prefill_flops_eff is not None
+    work = 2 * mx.model.active_params * 1000
+    assert mx.prefill_time(1000) == pytest.approx(
+        work / (mx.hardware.flops * VLLM_CPU.prefill_flops_eff)
+    )
+    assert dataclasses.replace(mx, prefill_flops_eff=None).prefill_time(1000) == pytest.approx(
+        work / (mx.hardware.flops * mx.flops_eff)
+    )
+    with pytest.raises(ValueError, match="roofline='min'"):
+        dataclasses.replace(mx, roofline="min")
+    with pytest.raises(ValueError, match="prefill_flops_eff"):
+        dataclasses.replace(mx, prefill_flops_eff=1.5)
+
+
+def test_the_cpu_preset_holds_the_kv_vllm_gives_its_engine_and_round_trips_as_json() -> None:
+    import json
+
+    from core.sim.cost import VLLM_CPU, VLLM_CPU_KV_TOKENS, cost_from_json, cost_to_json
+    from core.sim.workload import get_cost, get_preset
+
+    assert VLLM_CPU.kv_capacity_tokens == VLLM_CPU_KV_TOKENS
+    assert cost_from_json(json.loads(json.dumps(cost_to_json(VLLM_CPU)))) == VLLM_CPU
+    assert get_cost("vllm-cpu") is VLLM_CPU
+    assert get_cost("kimi-k2") is get_preset("kimi-k2").cost
+    with pytest.raises(ValueError, match="unknown cost model 'h100'"):
+        get_cost("h100")
+    with pytest.raises(ValueError, match="not a cost model"):
+        cost_from_json({"gpus": 1})

@@ -1,0 +1,43 @@
+"""app.env: the environment an engine process gets before vLLM and torch load."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = (
+    "import os, sys\n"
+    "from app.env import apply_engine_env\n"
+    "arg = sys.argv[1]\n"
+    "apply_engine_env(True, 1.5, None if arg == 'none' else int(arg))\n"
+    "import torch\n"
+    "print(os.environ.get('VLLM_CPU_OMP_THREADS_BIND'), os.environ['VLLM_CPU_KVCACHE_SPACE'],"
+    " torch.get_num_threads())\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("threads", "bind", "torch_threads"), [("1", "nobind", 1), ("none", "None", None)]
+)
+def test_cpu_threads_set_torch_s_threads_and_turn_vllm_s_pinning_off(
+    threads: str, bind: str, torch_threads: int | None
+) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, threads], capture_output=True, text=True, timeout=120,
+        env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    got_bind, kv, got_threads = out.stdout.split()
+    assert got_bind == bind and kv == "2"  # the KV size rounds up to whole GiB
+    if torch_threads is None:  # null leaves torch (and vLLM's binding) at its default
+        plain = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        torch_threads = int(plain.stdout)
+    assert int(got_threads) == torch_threads
