@@ -48,15 +48,18 @@ def apply(env: Mapping[str, str]) -> None:
 
 def apply_engine_env(on_cpu: bool, kv_cache_gib: float, cpu_threads: int | None = None) -> None:
     """The environment of a vLLM engine process (call before importing vllm or torch).
-    ``cpu_threads`` (CPU only): that many OpenMP threads, not pinned (vLLM's binding off), as
-    the engine config owns it; None leaves vLLM's binding (a thread pinned to every core)."""
+    ``cpu_threads`` (CPU only): that many OpenMP and MKL threads, not pinned (vLLM's binding
+    off), as the engine config owns it; None leaves vLLM's binding (a thread pinned to every
+    core)."""
     apply(DRIVER_ENV)
     if on_cpu:
         apply(VLLM_CPU_ENV)
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(kv_cache_gib)))
         if cpu_threads is not None:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+            # torch sizes its intra-op pool from MKL_NUM_THREADS when it is set, else OpenMP's
             os.environ["OMP_NUM_THREADS"] = str(cpu_threads)
+            os.environ["MKL_NUM_THREADS"] = str(cpu_threads)
 
 
 #: the folder of prepared models (``seer models``)

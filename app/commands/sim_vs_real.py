@@ -35,9 +35,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from app.bench.engine_steps import Grid
 
 DEFAULT_POLICIES = "verl, divided, context"
 
@@ -150,14 +153,14 @@ def run_sim_vs_real(
     seed: int,
     port: int,
     steps: Path | None = None,
-    grid: Any = None,
+    grid: Grid | None = None,
     say: Any = print,
 ) -> Report:
     """See the module invariant. ``steps``: a measurement of ``app.bench.engine_steps`` to fit
     instead of measuring (JSON: one engine's object or a list of them)."""
     import yaml
 
-    from app.bench.engine_steps import Grid, Measurement, measure_engines
+    from app.bench.engine_steps import Measurement, measure_engines
     from app.bench.service import ServiceBench
     from app.commands.serve import load_serve_file
     from app.config import AppConfig
@@ -179,6 +182,17 @@ def run_sim_vs_real(
         raise ValueError(f"groups={groups}: the recorded rollouts have 1..{len(recorded)} prompts")
     if not 1 <= group_size <= 64:
         raise ValueError(f"group_size={group_size} not in 1..64")
+    eng = loaded.engine
+    if (eng.model, eng.dtype) != ("smollm2-135m-instruct", "float32"):
+        raise ValueError(
+            f"engine.model={eng.model!r} in {eng.dtype}: the CPU cost model (core.sim.cost."
+            "VLLM_CPU) has the shape of smollm2-135m-instruct in float32 only"
+        )
+    if steps is None and eng.backend != "vllm":
+        raise ValueError(
+            f"engine.backend={eng.backend!r}: step times are measured on the vllm backend "
+            "(or give --steps)"
+        )
     prompts = [list(g.prompt) for g in recorded[:groups]]
     longest = max(len(p) for p in prompts) + max_tokens
     if longest > loaded.engine.max_model_len:
@@ -197,6 +211,8 @@ def run_sim_vs_real(
         # no drafts: the compared policies do not draft (and vLLM's n-gram proposer, the only
         # one that drafts without a draft server, runs numba threads that fight the engines'
         # over 2 cores: steps of 0.6-1.5 s, docs/simulator.md)
+        from app.bench.engine_steps import Grid
+
         grid = grid or Grid(batches=tuple(sorted({1, 2, 4, 8, max_num_seqs})), drafts=(0,))
         measured = measure_engines(effective, grid, loaded.num_replicas, say=say)
     else:

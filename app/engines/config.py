@@ -13,6 +13,8 @@ from core.engine.types import LogprobsMode
 #: Table 3 presets of ``core.sim.workload.PRESETS`` (listed here so configs validate without
 #: importing numpy; tests/app/engines/test_sim_engine.py checks the two lists agree).
 SIM_PRESETS = ("moonlight", "qwen2-vl", "kimi-k2")
+#: Cost models by name (``core.sim.workload.get_cost``): the presets' and ``vllm-cpu``.
+SIM_COSTS = (*SIM_PRESETS, "vllm-cpu")
 
 
 class SimConfig(BaseModel):
@@ -30,8 +32,9 @@ class SimConfig(BaseModel):
     )
     cost: str | None = Field(
         None,
-        description="preset whose instance cost model (step time, KV capacity) is used; None = "
-        "the workload's preset (qwen2-vl for replay:FILE, like seer simulate). Sequences decoded "
+        description="cost model (step time, KV capacity) of the instance: a preset's or vllm-cpu "
+        "(core.sim.workload.get_cost, as seer simulate --cost); None = the workload's preset "
+        "(qwen2-vl for replay:FILE, like seer simulate). Sequences decoded "
         "at once: engine.max_num_seqs (the presets' instances run 256, kimi-k2 1024)",
     )
     scale: float = Field(
@@ -87,8 +90,8 @@ class SimConfig(BaseModel):
     @field_validator("cost")
     @classmethod
     def _known_cost(cls, v: str | None) -> str | None:
-        if v is not None and v not in SIM_PRESETS:
-            raise ValueError(f"unknown cost preset {v!r}; valid: {', '.join(SIM_PRESETS)}")
+        if v is not None and v not in SIM_COSTS:
+            raise ValueError(f"unknown cost model {v!r}; valid: {', '.join(SIM_COSTS)}")
         return v
 
 
@@ -141,8 +144,8 @@ class EngineConfig(BaseModel):
         description="CPU only: compute threads of the engine, 1..1024, not pinned to cores. "
         "null = vLLM's own binding: one thread pinned to every core of the NUMA node, right for "
         "one replica per machine; with several replicas on one machine give each its share of "
-        "the cores (2 replicas of 2-core machine: 1), or their pinned threads fight over the "
-        "same cores (measured 4-40x slower steps: docs/simulator.md)",
+        "the cores (2 replicas on a 2-core machine: 1), or their pinned threads fight over the "
+        "same cores (measured 2-20x slower steps: docs/simulator.md)",
     )
     enforce_eager: bool = Field(True, description="skip graph capture (start ~30 s on CPU)")
     enable_prefix_caching: bool = Field(True, description="continuation chunks reuse cached KV")

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.bounds import check_range
 from core.sim.search import Param, compass
 from core.sim.simulator import simulate
 from core.sim.workload import Preset, generate, get_preset
@@ -40,21 +39,14 @@ COST_FIELDS = ("step_overhead_s", "mem_util", "bw_eff")
 
 
 @dataclass(frozen=True, slots=True)
-class Free:
-    """A fitted parameter: ``name`` (a ``WorkloadSpec`` or ``CostModel`` field), searched in
-    [``lo``, ``hi``] from ``start`` with initial step ``step`` (> 0)."""
-
-    name: str
-    lo: float
-    hi: float
-    start: float
-    step: float
+class Free(Param):
+    """A fitted parameter: ``name`` a ``WorkloadSpec`` or ``CostModel`` field, searched as a
+    ``core.sim.search.Param``."""
 
     def __post_init__(self) -> None:
         if self.name not in SPEC_FIELDS + COST_FIELDS:
             raise ValueError(f"unknown parameter {self.name!r}; valid: {SPEC_FIELDS + COST_FIELDS}")
-        check_range(f"{self.name}.start", self.start, self.lo, self.hi)
-        check_range(f"{self.name}.step", self.step, 0, lo_open=True)
+        Param.__post_init__(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +167,7 @@ def fit(
                 report(vals, fig, cache[key][0])
         return cache[key]
 
-    params = tuple(Param(f.name, f.lo, f.hi, f.start, f.step) for f in free)
-    cur, _ = compass(lambda vals: evaluate(vals)[0], params, sweeps)
+    cur, _ = compass(lambda vals: evaluate(vals)[0], free, sweeps)
     return cur, evaluate(cur)[1]
 
 

@@ -22,11 +22,14 @@ _PROBE = (
 @pytest.mark.parametrize(
     ("threads", "bind", "torch_threads"), [("1", "nobind", 1), ("none", "None", None)]
 )
+@pytest.mark.parametrize("mkl", [None, "2"])
 def test_cpu_threads_set_torch_s_threads_and_turn_vllm_s_pinning_off(
-    threads: str, bind: str, torch_threads: int | None
+    threads: str, bind: str, torch_threads: int | None, mkl: str | None
 ) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")}  # fmt: skip
+    ours = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")
+    env = {k: v for k, v in os.environ.items() if k not in ours}
+    if mkl is not None:  # a process that inherited MKL's setting (torch sizes its pool by it)
+        env["MKL_NUM_THREADS"] = mkl
     out = subprocess.run(
         [sys.executable, "-c", _PROBE, threads], capture_output=True, text=True, timeout=120,
         env=env,

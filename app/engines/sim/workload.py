@@ -34,7 +34,7 @@ import numpy as np
 
 from app.engines.config import SimConfig
 from core.sim.cost import CostModel
-from core.sim.workload import Workload, generate, get_preset, load_recorded
+from core.sim.workload import Workload, generate, get_cost, get_preset, load_recorded
 
 EOS = 2
 BYTE0 = 3  # id of byte 0
@@ -206,7 +206,7 @@ def _cost(config: SimConfig) -> CostModel:
     preset = config.cost or (
         "qwen2-vl" if config.workload.startswith("replay:") else config.workload
     )
-    return get_preset(preset).cost
+    return get_cost(preset)
 
 
 def _load_replay(config: SimConfig) -> SimWorkload:

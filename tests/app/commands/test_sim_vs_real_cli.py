@@ -116,11 +116,17 @@ def test_each_policy_runs_on_real_engines_and_is_simulated_on_its_own_lengths(
         (["--policies", "verl,fastest"], "unknown policy 'fastest'"),
         (["--max-tokens", "2000"], "max_tokens=2000"),
         (["--policies", "verl,verl"], "need distinct names"),
+        (["--config", "FAKE"], "engine.backend='fake': step times are measured on the vllm"),
     ],
 )
 def test_bad_input_is_refused_before_anything_starts(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
+    if args[:2] == ["--config", "FAKE"]:
+        fake = yaml.safe_load(_config(tmp_path).read_text())
+        fake["applications"][0]["args"]["engine"]["backend"] = "fake"
+        (tmp_path / "fake.yaml").write_text(yaml.safe_dump(fake))
+        args = ["--config", str(tmp_path / "fake.yaml")]
     run = subprocess.run(
         [_exe(), "sim-vs-real", "--config", str(_config(tmp_path)), "--out", str(tmp_path / "o"),
          *args],

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.data import SMOLLM2_T07
-from app.engines.config import SIM_PRESETS, EngineConfig, SimConfig
+from app.engines.config import SIM_COSTS, SIM_PRESETS, EngineConfig, SimConfig
 from app.engines.registry import make_engine
 from app.engines.sim.engine import SimEngine
 from app.engines.sim.workload import EOS, decode_ids, encode_text, group_prompt, sim_workload
@@ -70,7 +70,14 @@ async def chunked(e: SimEngine, prompt: list[int], j: int, chunk: int, cap: int)
 
 
 def test_presets_agree_with_core() -> None:
+    from core.sim.workload import COSTS
+
     assert tuple(PRESETS) == SIM_PRESETS
+    assert set(SIM_COSTS) == {*PRESETS, *COSTS}
+    assert (
+        sim_workload(SimConfig(workload="qwen2-vl", cost="vllm-cpu", scale=0.01)).cost
+        == COSTS["vllm-cpu"]
+    )
 
 
 def test_codec_round_trips_and_group_prompts_map_back() -> None:
@@ -340,7 +347,7 @@ def test_bad_config_names_the_field() -> None:
     assert "scale" in err(scale=0)
     assert "unknown workload 'nope'; valid: moonlight, qwen2-vl, kimi-k2" in err(workload="nope")
     assert "no recorded rollouts file" in err(workload="replay:/nonexistent.jsonl.gz")
-    assert "unknown cost preset 'h100'" in err(cost="h100")
+    assert "unknown cost model 'h100'" in err(cost="h100")
     assert "speed" in err(speed=2)  # unknown fields are rejected
 
     async def start(sim: SimConfig) -> None:
