@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -70,3 +71,19 @@ def test_fit_recovers_the_overhead_that_produced_the_targets() -> None:
     vals, got = fit(p, free, seeds=(0,), sweeps=3)
     assert vals["step_overhead_s"] == pytest.approx(0.04, abs=0.003)
     assert got.verl_s == pytest.approx(f.verl_s, rel=0.05)
+
+
+def test_the_per_rank_kimi_candidate_changes_only_its_kv_model_and_the_fitted_constants() -> None:
+    from core.sim.per_rank import FITTED, RANKS, candidate
+    from core.sim.workload import get_preset
+
+    base, cand = get_preset("kimi-k2"), candidate()
+    assert cand.cost.ranks == RANKS and cand.cost.max_running == base.cost.max_running // RANKS
+    # one rank holds 1/32 of the instance's KV
+    assert (
+        cand.cost.kv_capacity_tokens
+        == dataclasses.replace(base.cost, mem_util=FITTED["mem_util"]).kv_capacity_tokens // RANKS
+    )
+    assert (cand.spec.length_sigma, cand.spec.outlier_frac) == (0.2, 0.02)
+    assert cand.cost.step_overhead_s == 0.065 and cand.spec.groups == base.spec.groups
+    assert cand.paper_divided_x == base.paper_divided_x  # the same targets

@@ -1,0 +1,79 @@
+"""Issue 22, item 2's next model for Kimi-K2: a KV per data-parallel attention rank.
+
+Invariant: the candidate differs from the ``kimi-k2`` preset only in its KV model (``ranks`` =
+32 engines per instance, each with its own KV and 1/32 of the instance's ``max_running``, as
+DP32 attention holds it) and in the baseline constants refitted for it on the baseline only
+(``core.sim.joint.fit``: veRL time and tail, divided x veRL; seeds 0-1). ``check`` measures the
+Table 4 rows on it, validated rows (context-max, seer-paper, Seer's tail) never fitted.
+Run: ``python -m core.sim.per_rank fit`` (~10 min on 2 cores), ``python -m core.sim.per_rank
+check`` (~4 min). Results: docs/simulator.md, "Kimi-K2 with a KV per rank".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from core.sim import joint
+from core.sim.simulator import simulate
+from core.sim.workload import Preset, generate, get_preset
+
+RANKS = 32
+SEEDS = (0, 1)
+# The joint fit's best point (loss 0.0747 after 31 points, stopped by hand): verl 10,029 s
+# (paper 12,202), tail 3,799 s (3,144), divided x1.184 (1.16), on seeds 0-1.
+FITTED = {"length_sigma": 0.2, "outlier_frac": 0.02, "step_overhead_s": 0.065, "mem_util": 0.95}
+FREE = (
+    joint.Free("length_sigma", 0.2, 2.0, 0.3, 0.2),
+    joint.Free("outlier_frac", 0.0, 0.05, 0.0075, 0.005),
+    joint.Free("step_overhead_s", 0.005, 0.3, 0.1, 0.02),
+    joint.Free("mem_util", 0.6, 0.95, 0.9, 0.05),
+)
+
+
+def per_rank(preset: Preset, ranks: int = RANKS) -> Preset:
+    """``preset`` with a KV per rank: ``ranks`` engines per instance sharing its slots."""
+    cost = dataclasses.replace(
+        preset.cost, ranks=ranks, max_running=max(1, preset.cost.max_running // ranks)
+    )
+    return dataclasses.replace(preset, cost=cost)
+
+
+def candidate() -> Preset:
+    return joint.apply(per_rank(get_preset("kimi-k2")), FITTED)
+
+
+def check(preset: Preset, seeds: tuple[int, ...] = SEEDS) -> dict[str, tuple[float, float, float]]:
+    """Per policy: mean makespan, mean of per-seed throughput x verl, mean tail."""
+    pols = ("verl", "divided", "context-max", "seer-paper")
+    out: dict[str, list[tuple[float, float, float]]] = {p: [] for p in pols}
+    for s in seeds:
+        work = generate(preset.spec, s)
+        base = 0.0
+        for p in pols:
+            r = simulate(work, preset.cost, p)
+            base = base or r.makespan_s
+            out[p].append((r.makespan_s, base / r.makespan_s, r.tail_s))
+    n = len(seeds)
+    return {
+        p: (sum(v[0] for v in rows) / n, sum(v[1] for v in rows) / n, sum(v[2] for v in rows) / n)
+        for p, rows in out.items()
+    }
+
+
+def main() -> None:
+    what = sys.argv[1] if len(sys.argv) > 1 else "check"
+    if what == "fit":
+
+        def show(v: dict[str, float], f: joint.Figures, loss: float) -> None:
+            print(v, f, f"loss {loss:.4f}", flush=True)
+
+        vals, fig = joint.fit(per_rank(get_preset("kimi-k2")), FREE, SEEDS, sweeps=3, report=show)
+        print("FITTED", vals, fig)
+        return
+    for p, (m, x, t) in check(candidate()).items():
+        print(f"{p}: makespan {m:,.0f} s, x verl {x:.3f}, tail {t:,.0f} s")
+
+
+if __name__ == "__main__":
+    main()
