@@ -166,7 +166,7 @@ def run_sim_vs_real(
     from app.config import AppConfig
     from app.data import SMOLLM2_T1
     from core.drafting.recorded import load_groups
-    from core.sim.cost import VLLM_CPU_FIT_START, cost_to_json
+    from core.sim.cost import VLLM_CPU_FIT_START, cost_to_json, memory_for_kv
     from core.sim.report import SimulationRequest, run_simulation
     from core.sim.step_fit import fit_step_costs
     from core.stats import tail_time
@@ -220,11 +220,9 @@ def run_sim_vs_real(
         measured = [Measurement.from_json(m) for m in (raw if isinstance(raw, list) else [raw])]
     (out / "steps.json").write_text(json.dumps([m.to_json() for m in measured]))
     kv = min(m.kv_capacity_tokens for m in measured)
-    model = VLLM_CPU_FIT_START.model
-    weights = model.total_params * model.bytes_per_param
-    hw = dataclasses.replace(
-        VLLM_CPU_FIT_START.hardware, mem_bytes=weights + (kv + 0.5) * model.kv_bytes_per_token
-    )
+    # half a token more, so that rounding cannot drop the last KV slot
+    mem = memory_for_kv(VLLM_CPU_FIT_START.model, kv + 0.5)
+    hw = dataclasses.replace(VLLM_CPU_FIT_START.hardware, mem_bytes=mem)
     start = dataclasses.replace(VLLM_CPU_FIT_START, hardware=hw, max_running=max_num_seqs)
     fitted = fit_step_costs([s for m in measured for s in m.samples], start)
     cost_file = out / "cost.json"
