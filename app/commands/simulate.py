@@ -41,6 +41,13 @@ def simulate(
         float | None,
         typer.Option(help="fraction of responses that run to the cap (runaway generations)"),
     ] = None,
+    runaway_groups: Annotated[
+        float | None,
+        typer.Option(
+            help="share of groups (prompts) prone to runaways, (0, 1]: the runaway fraction is "
+            "concentrated in them (1 = every response alike)"
+        ),
+    ] = None,
     scale: Annotated[
         float,
         typer.Option(help="multiply groups and instances by this (same load per instance)"),
@@ -105,6 +112,7 @@ def simulate(
         "length_sigma": length_sigma,
         "within_sigma": within_sigma,
         "outlier_frac": outlier_frac,
+        "runaway_groups": runaway_groups,
     }
     try:
         req = SimulationRequest(

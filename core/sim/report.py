@@ -38,6 +38,7 @@ _SPEC_FIELDS = (
     "length_sigma",
     "within_sigma",
     "outlier_frac",
+    "runaway_groups",
 )
 
 
@@ -210,6 +211,7 @@ def run_simulation(
         "length_sigma": s.length_sigma,
         "within_sigma": s.within_sigma,
         "outlier_frac": s.outlier_frac,
+        "runaway_groups": s.runaway_groups,
         "prompt_tokens": s.prompt_tokens,
         "scale": req.scale,
         "seed": req.seed,

@@ -5,8 +5,12 @@ lengths are drawn first, then the responses, so another iteration on the same pr
 the latents and redraws only the responses). Lengths are
 group-correlated: each group draws a latent log length mu_g ~ N(mu, length_sigma^2); each
 response is exp(mu_g + N(0, within_sigma^2)), an ``outlier_frac`` of responses instead run to
-the cap, and every length is capped at ``max_tokens`` (and >= 1). ``mu`` is solved so that the
-*capped* mean matches ``mean_tokens`` (exactly in expectation, by bisection on a fixed sample).
+the cap, and every length is capped at ``max_tokens`` (and >= 1). Runaways are prompt-correlated
+when ``runaway_groups`` < 1: only that share of the groups (drawn once per prompt, kept by
+another iteration on the same prompts) is prone, each of its responses running away with
+probability ``outlier_frac / runaway_groups``, so the expected runaway share stays
+``outlier_frac``. ``mu`` is solved so that the *capped* mean matches ``mean_tokens`` (exactly in
+expectation, by bisection on a fixed sample).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ class WorkloadSpec:
 
     Bounds: ``groups`` >= 1; ``group_size`` 1..1024; 1 <= ``mean_tokens`` < ``max_tokens``
     <= 10,000,000; ``instances`` >= 1; ``length_sigma`` and ``within_sigma`` in [0, 5];
-    ``outlier_frac`` in [0, 1]; ``prompt_tokens`` >= 1.
+    ``outlier_frac`` in [0, 1]; ``runaway_groups`` in (0, 1] and >= ``outlier_frac``;
+    ``prompt_tokens`` >= 1.
     """
 
     name: str
@@ -43,6 +48,7 @@ class WorkloadSpec:
     within_sigma: float = 0.5
     outlier_frac: float = 0.01
     prompt_tokens: int = 1024
+    runaway_groups: float = 1.0  # share of groups prone to runaways (1 = every response alike)
 
     def __post_init__(self) -> None:
         check_range("groups", self.groups, 1)
@@ -63,6 +69,12 @@ class WorkloadSpec:
                 f"of responses at max_tokens={self.max_tokens} alone average {floor:.1f}"
             )
         check_range("prompt_tokens", self.prompt_tokens, 1)
+        check_range("runaway_groups", self.runaway_groups, 0, 1, lo_open=True)
+        if self.outlier_frac > self.runaway_groups:
+            raise ValueError(
+                f"outlier_frac={self.outlier_frac} cannot exceed runaway_groups="
+                f"{self.runaway_groups}: the prone groups' responses would all run away and more"
+            )
 
     @property
     def requests(self) -> int:
@@ -166,6 +178,7 @@ class Workload:
     lengths: list[list[int]]
     prompt_tokens: list[int]
     group_log_means: list[float] | None = None  # latent log length per group (generated only)
+    runaway_prone: list[bool] | None = None  # per group: prone to runaways (generated only)
 
     @property
     def total_tokens(self) -> int:
@@ -180,9 +193,20 @@ def _draw_latent(spec: WorkloadSpec, mu: float, rng: np.random.Generator) -> np.
     return mu + spec.length_sigma * rng.standard_normal(spec.groups)
 
 
-def _draw_responses(spec: WorkloadSpec, latent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _draw_prone(spec: WorkloadSpec, rng: np.random.Generator) -> np.ndarray:
+    """Which groups are prone to runaways (all of them at ``runaway_groups`` 1, drawing
+    nothing, so such workloads are the ones drawn before the field existed)."""
+    if spec.runaway_groups >= 1.0:
+        return np.ones(spec.groups, dtype=bool)
+    return rng.random(spec.groups) < spec.runaway_groups
+
+
+def _draw_responses(
+    spec: WorkloadSpec, latent: np.ndarray, prone: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     z_i = rng.standard_normal((len(latent), spec.group_size))
-    out = rng.random((len(latent), spec.group_size)) < spec.outlier_frac
+    p_out = np.where(prone, spec.outlier_frac / spec.runaway_groups, 0.0)
+    out = rng.random((len(latent), spec.group_size)) < p_out[:, None]
     x = np.exp(latent[:, None] + spec.within_sigma * z_i)
     x = np.where(out, spec.max_tokens, x)
     return np.clip(np.rint(x), 1, spec.max_tokens)
@@ -211,23 +235,29 @@ def generate(spec: WorkloadSpec, seed: int = 0) -> Workload:
     """Draw the lengths of one iteration of ``spec``."""
     rng = np.random.default_rng(seed)
     latent = _draw_latent(spec, solve_log_mean(spec), rng)
-    lens = _draw_responses(spec, latent, rng).astype(int)
+    prone = _draw_prone(spec, np.random.default_rng([seed, 1]))
+    lens = _draw_responses(spec, latent, prone, rng).astype(int)
     return Workload(
         spec=spec,
         lengths=[list(map(int, row)) for row in lens],
         prompt_tokens=[spec.prompt_tokens] * spec.groups,
         group_log_means=[float(x) for x in latent],
+        runaway_prone=[bool(x) for x in prone],
     )
 
 
 def resample_same_prompts(work: Workload, seed: int) -> Workload:
     """Another RL iteration on the same prompts: each group keeps its latent log length,
     responses get fresh noise and outliers (what a length prior from an earlier iteration
-    sees). Needs a generated workload (recorded ones have no latent lengths)."""
+    sees); prompts prone to runaways stay prone. Needs a generated workload (recorded ones have
+    no latent lengths)."""
     if work.group_log_means is None:
         raise ValueError(f"workload {work.spec.name!r} has no latent group lengths to resample")
     latent = np.asarray(work.group_log_means)
-    lens = _draw_responses(work.spec, latent, np.random.default_rng(seed)).astype(int)
+    prone = np.ones(len(latent), dtype=bool)
+    if work.runaway_prone is not None:
+        prone = np.asarray(work.runaway_prone, dtype=bool)
+    lens = _draw_responses(work.spec, latent, prone, np.random.default_rng(seed)).astype(int)
     return dataclasses.replace(work, lengths=[list(map(int, row)) for row in lens])
 
 

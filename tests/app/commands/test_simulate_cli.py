@@ -57,6 +57,21 @@ def test_json_contract() -> None:
     assert w["acceptance"] == "paper-1path"  # the default: one linear draft path (vLLM 0.32)
 
 
+def test_runaway_groups_concentrates_the_runaways_and_bad_values_name_the_field() -> None:
+    args = ["simulate", "--workload", "qwen2-vl", *SMALL, "--policies", "verl", "--json",
+            "--groups", "200", "--outlier-frac", "0.02"]  # fmt: skip
+    res = runner.invoke(cli, [*args, "--runaway-groups", "0.1"])
+    assert res.exit_code == 0, res.output
+    w = json.loads(res.stdout)["workload"]
+    assert (w["outlier_frac"], w["runaway_groups"]) == (0.02, 0.1)
+    alike = json.loads(runner.invoke(cli, args).stdout)["workload"]
+    assert alike["runaway_groups"] == 1.0  # the default: every response alike
+    assert w["total_tokens"] != alike["total_tokens"]  # the runaways fell elsewhere
+    bad = runner.invoke(cli, [*args, "--runaway-groups", "0.01"])
+    assert bad.exit_code == 2
+    assert "outlier_frac=0.02 cannot exceed runaway_groups=0.01" in bad.output
+
+
 def test_json_reports_preemptions_of_verl_under_kv_pressure() -> None:
     # 8 groups x 16 requests of ~15k tokens on one qwen2-vl instance (1.25M KV tokens) overflow
     # the KV under verl (everything admitted up front); divided admission never preempts

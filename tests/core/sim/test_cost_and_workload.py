@@ -113,6 +113,36 @@ def test_workload_matches_mean_cap_and_group_correlation() -> None:
     assert corr > 0.8
 
 
+def test_prompt_correlated_runaways_concentrate_in_prone_groups_that_stay_prone() -> None:
+    spec = WorkloadSpec("t", groups=2000, group_size=8, mean_tokens=3000, max_tokens=16384,
+                        instances=4, length_sigma=0.3, within_sigma=0.3, outlier_frac=0.02,
+                        runaway_groups=0.1)  # fmt: skip
+    w = generate(spec, seed=5)
+    assert w.runaway_prone is not None
+    prone = np.array(w.runaway_prone)
+    at_cap = np.array(w.lengths) == 16384
+    assert abs(prone.mean() - 0.1) < 0.02
+    assert abs(at_cap.mean() - 0.02) < 0.004  # the runaway share is outlier_frac's
+    assert not at_cap[~prone].any()  # only prone groups run away, each response at 0.2
+    assert abs(at_cap[prone].mean() - 0.2) < 0.03
+    nxt = resample_same_prompts(w, seed=9)
+    assert nxt.runaway_prone == w.runaway_prone  # a property of the prompt
+    assert not (np.array(nxt.lengths) == 16384)[~prone].any()
+    # runaway_groups 1 draws nothing more: the workloads drawn before the field existed
+    alike = dataclasses.replace(spec, runaway_groups=1.0)
+    old = generate(alike, seed=5)
+    assert old.runaway_prone == [True] * 2000
+    z = np.random.default_rng(5)
+    z.standard_normal(2000)  # the latents, then the responses as before: noise, then runaways
+    z.standard_normal((2000, 8))
+    out = z.random((2000, 8)) < 0.02
+    assert ((np.array(old.lengths) == 16384) >= out).all()
+    with pytest.raises(ValueError, match="runaway_groups=0"):
+        dataclasses.replace(spec, runaway_groups=0.0)
+    with pytest.raises(ValueError, match="outlier_frac=0.02 cannot exceed runaway_groups=0.01"):
+        dataclasses.replace(spec, runaway_groups=0.01)
+
+
 def test_workload_spec_bounds_and_scaling() -> None:
     with pytest.raises(ValueError, match=r"mean_tokens=500 must be in \[1, max_tokens=400\)"):
         WorkloadSpec("t", groups=1, group_size=1, mean_tokens=500, max_tokens=400, instances=1)
