@@ -113,15 +113,16 @@ class Preset:
 # Table 3 of the paper (requests = groups x G); Table 4 (throughput x veRL) and Fig. 13 (tau)
 # as quoted in issue 8. Efficiencies, verify_step_s, draft_budget and overheads: docs/simulator.md.
 PRESETS: dict[str, Preset] = {
-    # Fitted jointly on the baseline (core.sim.joint, issue 22): length_sigma, outlier_frac and
-    # step_overhead_s to veRL's 3,910 s and 1,817 s tail (Fig. 8) and divided x1.41 (Table 4);
-    # bw_eff = flops_eff = BW_EFF_PRIOR (fixed); verify_step_s (every preset) so that seer's
-    # speculative step costs 1.5x a plain one (core.sim.calibrate step); draft_budget: issue 8.
+    # Fitted jointly on the baseline (core.sim.joint, issue 22): length_sigma, outlier_frac,
+    # step_overhead_s and mem_util (the KV headroom) to veRL's 3,910 s and 1,817 s tail (Fig. 8)
+    # and divided x1.41 (Table 4); bw_eff = flops_eff = BW_EFF_PRIOR (fixed); verify_step_s
+    # (every preset) so that seer's speculative step costs 1.5x a plain one (core.sim.calibrate
+    # step); draft_budget: issue 8.
     "moonlight": Preset(
         WorkloadSpec("moonlight", groups=400, group_size=8, mean_tokens=22386,
-                     max_tokens=65536, instances=32, length_sigma=0.825, outlier_frac=0.00125),
-        CostModel(MOONLIGHT, gpus=1, bw_eff=0.7, flops_eff=0.7, step_overhead_s=0.02,
-                  verify_step_s=0.0163, draft_budget=512),
+                     max_tokens=65536, instances=32, length_sigma=0.525, outlier_frac=0.00125),
+        CostModel(MOONLIGHT, gpus=1, bw_eff=0.7, flops_eff=0.7, step_overhead_s=0.015,
+                  mem_util=0.725, verify_step_s=0.0118, draft_budget=512),
         paper_verl_s=3910.0, paper_context_x=1.47, paper_seer_x=1.90, paper_tau=1.89,
         paper_verl_tail_s=1817.0, paper_divided_x=1.41, paper_seer_tail_s=278.0,
     ),
