@@ -74,7 +74,7 @@ def test_fit_recovers_the_overhead_that_produced_the_targets() -> None:
 
 
 def test_the_per_rank_kimi_candidate_changes_only_its_kv_model_and_the_fitted_constants() -> None:
-    from core.sim.per_rank import FITTED, RANKS, candidate
+    from core.sim.per_rank import FITTED, RANKS, VERIFY_STEP_S, baseline_candidate, candidate
     from core.sim.workload import get_preset
 
     base, cand = get_preset("kimi-k2"), candidate()
@@ -87,6 +87,10 @@ def test_the_per_rank_kimi_candidate_changes_only_its_kv_model_and_the_fitted_co
     assert (cand.spec.length_sigma, cand.spec.outlier_frac) == (0.2, 0.02)
     assert cand.cost.step_overhead_s == 0.065 and cand.spec.groups == base.spec.groups
     assert cand.paper_divided_x == base.paper_divided_x  # the same targets
+    # its own verification cost (refitted to the 1.5x step), the only cost field beyond the KV's
+    assert baseline_candidate().cost.verify_step_s == base.cost.verify_step_s
+    assert cand.cost.verify_step_s == VERIFY_STEP_S < base.cost.verify_step_s
+    assert cand.cost == dataclasses.replace(baseline_candidate().cost, verify_step_s=VERIFY_STEP_S)
 
 
 def test_moonlight_s_fitted_kv_headroom_meets_every_baseline_target() -> None:
