@@ -84,8 +84,8 @@ def test_the_per_rank_kimi_candidate_changes_only_its_kv_model_and_the_fitted_co
         cand.cost.kv_capacity_tokens
         == dataclasses.replace(base.cost, mem_util=FITTED["mem_util"]).kv_capacity_tokens // RANKS
     )
-    assert (cand.spec.length_sigma, cand.spec.outlier_frac) == (0.2, 0.02)
-    assert cand.cost.step_overhead_s == 0.065 and cand.spec.groups == base.spec.groups
+    assert (cand.spec.length_sigma, cand.spec.outlier_frac) == (0.55, 0.02)
+    assert cand.cost.step_overhead_s == 0.075 and cand.spec.groups == base.spec.groups
     assert cand.paper_divided_x == base.paper_divided_x  # the same targets
     # its own verification cost (refitted to the 1.5x step), the only cost field beyond the KV's
     assert baseline_candidate().cost.verify_step_s == base.cost.verify_step_s
