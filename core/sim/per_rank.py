@@ -6,7 +6,7 @@ DP32 attention holds it) and in the baseline constants refitted for it on the ba
 (``core.sim.joint.fit``: veRL time and tail, divided x veRL; seeds 0-1) and its verification
 cost refitted to the 1.5x speculative step (``core.sim.calibrate.fit_verify_to_step_ratio``, as
 every preset's). ``check`` measures the Table 4 rows on it, validated rows (context-max,
-seer-paper, Seer's tail) never fitted. Run: ``python -m core.sim.per_rank fit`` (~10 min on 2
+seer-paper, Seer's tail) never fitted. Run: ``python -m core.sim.per_rank fit`` (~20 min on 2
 cores), ``... step`` (~3 min), ``... check`` (~4 min). Results: docs/simulator.md, "Kimi-K2 with
 a KV per rank".
 """
