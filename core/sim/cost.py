@@ -240,6 +240,14 @@ class CostModel:
         return batch / self.step_time(batch, batch * ctx)
 
 
+def with_ranks(cost: CostModel, ranks: int) -> CostModel:
+    """``cost`` with ``ranks`` data-parallel attention ranks sharing its slots evenly."""
+    if ranks == cost.ranks:
+        return cost
+    slots = cost.max_running * cost.ranks
+    return dataclasses.replace(cost, ranks=ranks, max_running=max(1, slots // ranks))
+
+
 def cost_to_json(cost: CostModel) -> dict[str, object]:
     """``cost`` as plain JSON (``cost_from_json`` reads it back equal)."""
     return dataclasses.asdict(cost)
@@ -272,18 +280,18 @@ SMOLLM2_135M = ModelShape(
 VLLM_CPU_KV_TOKENS = 23_296
 
 
-# One vCPU of an Intel Xeon with AVX-512 (this project's machines: 2 of them), what a CPU engine
-# with ``cpu_threads`` 1 computes on (serve_config.yaml: 2 replicas, 1 thread each). Nominal
-# peaks, which the fitted efficiencies are fractions of: FP32 2 FMA units x 16 lanes x 2 FLOPs
-# per cycle at an assumed 3.5 GHz turbo = 224 GFLOP/s; memory 20 GB/s (an assumed per-core share
-# of the socket's bandwidth). Memory = the weights + the KV cache above. No KV link between CPU
-# replicas (1 byte/s): a request moved to another replica recomputes its context.
 def memory_for_kv(model: ModelShape, kv_tokens: float) -> float:
     """Bytes of one device that holds ``model``'s weights and exactly ``kv_tokens`` KV tokens
     (at ``mem_util`` 1 and no reserve: how a CPU engine's memory is given)."""
     return model.total_params * model.bytes_per_param + kv_tokens * model.kv_bytes_per_token
 
 
+# One vCPU of an Intel Xeon with AVX-512 (this project's machines: 2 of them), what a CPU engine
+# with ``cpu_threads`` 1 computes on (serve_config.yaml: 2 replicas, 1 thread each). Nominal
+# peaks, which the fitted efficiencies are fractions of: FP32 2 FMA units x 16 lanes x 2 FLOPs
+# per cycle at an assumed 3.5 GHz turbo = 224 GFLOP/s; memory 20 GB/s (an assumed per-core share
+# of the socket's bandwidth). Memory = the weights + the KV cache above. No KV link between CPU
+# replicas (1 byte/s): a request moved to another replica recomputes its context.
 XEON_VCPU = Hardware(
     "Xeon-vCPU",
     mem_bytes=memory_for_kv(SMOLLM2_135M, VLLM_CPU_KV_TOKENS),

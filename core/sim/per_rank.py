@@ -17,6 +17,7 @@ import dataclasses
 import sys
 
 from core.sim import joint
+from core.sim.cost import with_ranks
 from core.sim.simulator import simulate
 from core.sim.workload import Preset, generate, get_preset
 
@@ -40,10 +41,7 @@ FREE = (
 
 def per_rank(preset: Preset, ranks: int = RANKS) -> Preset:
     """``preset`` with a KV per rank: ``ranks`` engines per instance sharing its slots."""
-    cost = dataclasses.replace(
-        preset.cost, ranks=ranks, max_running=max(1, preset.cost.max_running // ranks)
-    )
-    return dataclasses.replace(preset, cost=cost)
+    return dataclasses.replace(preset, cost=with_ranks(preset.cost, ranks))
 
 
 def baseline_candidate() -> Preset:

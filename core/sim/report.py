@@ -25,7 +25,7 @@ from pathlib import Path
 
 from core.scheduling import POLICIES, SchedulerConfig
 from core.sim.acceptance import get_acceptance
-from core.sim.cost import CostModel, cost_from_json
+from core.sim.cost import CostModel, cost_from_json, with_ranks
 from core.sim.simulator import PolicyResult, simulate
 from core.sim.workload import Workload, generate, get_cost, get_preset, load_recorded
 
@@ -150,14 +150,14 @@ def build_workload(req: SimulationRequest) -> tuple[Workload, CostModel, float |
         if set(req.overrides) - {"instances"}:
             raise ValueError("replay workloads take only --instances among the shape flags")
         cost = _cost(req.cost or "qwen2-vl")
-        return work, _per_rank(cost, req.ranks), None
+        return work, with_ranks(cost, req.ranks), None
     preset = get_preset(req.workload)
     spec = dataclasses.replace(preset.spec, **req.overrides)  # type: ignore[arg-type]
     if req.scale != 1.0:
         spec = spec.scaled(req.scale)
     cost = preset.cost if req.cost is None else _cost(req.cost)
     paper = preset.paper_verl_s if req.cost is None else None
-    return generate(spec, req.seed), _per_rank(cost, req.ranks), paper
+    return generate(spec, req.seed), with_ranks(cost, req.ranks), paper
 
 
 def _cost(name: str) -> CostModel:
@@ -169,14 +169,6 @@ def _cost(name: str) -> CostModel:
         return cost_from_json(json.loads(path.read_text()))
     except (OSError, json.JSONDecodeError, ValueError) as exc:
         raise ValueError(f"cost {name!r}: {exc}") from None
-
-
-def _per_rank(cost: CostModel, ranks: int) -> CostModel:
-    """``cost`` with ``ranks`` data-parallel attention ranks sharing its slots evenly."""
-    if ranks == cost.ranks:
-        return cost
-    slots = cost.max_running * cost.ranks
-    return dataclasses.replace(cost, ranks=ranks, max_running=max(1, slots // ranks))
 
 
 def run_simulation(
