@@ -5,10 +5,10 @@ Invariant: the candidate differs from the ``kimi-k2`` preset only in its KV mode
 DP32 attention holds it) and in the baseline constants refitted for it on the baseline only
 (``core.sim.joint.fit``: veRL time and tail, divided x veRL; seeds 0-1) and its verification
 cost refitted to the 1.5x speculative step (``core.sim.calibrate.fit_verify_to_step_ratio``, as
-every preset's). ``check`` measures the Table 4 rows on it, validated rows (context-max,
-seer-paper, Seer's tail) never fitted. Run: ``python -m core.sim.per_rank fit`` (~20 min on 2
-cores), ``... step`` (~3 min), ``... check`` (~4 min). Results: docs/simulator.md, "Kimi-K2 with
-a KV per rank".
+every preset's). ``check`` measures the Table 4 rows on it with ``core.sim.table4``, validated
+rows (context-max, seer-paper, Seer's tail) never fitted. Run: ``python -m core.sim.per_rank
+fit`` (~20 min on 2 cores), ``... step`` (~3 min), ``... check`` (~4 min). Results:
+docs/simulator.md, "Kimi-K2 with a KV per rank".
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import sys
 
 from core.sim import joint
 from core.sim.cost import with_ranks
-from core.sim.simulator import simulate
-from core.sim.workload import Preset, generate, get_preset
+from core.sim.workload import Preset, get_preset
 
 RANKS = 32
 SEEDS = (0, 1)
@@ -54,24 +53,6 @@ def candidate() -> Preset:
     return dataclasses.replace(p, cost=dataclasses.replace(p.cost, verify_step_s=VERIFY_STEP_S))
 
 
-def check(preset: Preset, seeds: tuple[int, ...] = SEEDS) -> dict[str, tuple[float, float, float]]:
-    """Per policy: mean makespan, mean of per-seed throughput x verl, mean tail."""
-    pols = ("verl", "divided", "context-max", "seer-paper")
-    out: dict[str, list[tuple[float, float, float]]] = {p: [] for p in pols}
-    for s in seeds:
-        work = generate(preset.spec, s)
-        base = 0.0
-        for p in pols:
-            r = simulate(work, preset.cost, p)
-            base = base or r.makespan_s
-            out[p].append((r.makespan_s, base / r.makespan_s, r.tail_s))
-    n = len(seeds)
-    return {
-        p: (sum(v[0] for v in rows) / n, sum(v[1] for v in rows) / n, sum(v[2] for v in rows) / n)
-        for p, rows in out.items()
-    }
-
-
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else "check"
     if what == "fit":
@@ -91,8 +72,9 @@ def main() -> None:
         v = fit_verify_to_step_ratio(baseline_candidate(), report=seen)
         print(f"FITTED verify_step_s={v:.4f}")
         return
-    for p, (m, x, t) in check(candidate()).items():
-        print(f"{p}: makespan {m:,.0f} s, x verl {x:.3f}, tail {t:,.0f} s")
+    from core.sim.table4 import POLICIES, measure_preset, render
+
+    print(render(measure_preset("kimi-k2 per-rank", candidate(), POLICIES, SEEDS)))
 
 
 if __name__ == "__main__":
