@@ -76,13 +76,14 @@ def simulate(
         ),
     ] = "paper-1path",
     ranks: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="data-parallel attention ranks per instance (e.g. 32 for Kimi-K2's DP32): each "
-            "rank holds its own KV, batch (max running / ranks) and draft budget; 1 = the "
-            "preset's aggregate model (docs/simulator.md)"
+            help="data-parallel attention ranks per instance (>= 1): each rank holds its own "
+            "KV, batch (max running / ranks) and draft budget; 1 pools an instance's KV; "
+            "default: the cost model's own (kimi-k2: 32, its DP32 attention; others 1; "
+            "docs/simulator.md)"
         ),
-    ] = 1,
+    ] = None,
     cost: Annotated[
         str | None,
         typer.Option(

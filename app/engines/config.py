@@ -34,8 +34,10 @@ class SimConfig(BaseModel):
         None,
         description="cost model (step time, KV capacity) of the instance: a preset's or vllm-cpu "
         "(core.sim.workload.get_cost, as seer simulate --cost); None = the workload's preset "
-        "(qwen2-vl for replay:FILE, like seer simulate). Sequences decoded "
-        "at once: engine.max_num_seqs (the presets' instances run 256, kimi-k2 1024)",
+        "(qwen2-vl for replay:FILE, like seer simulate). One replica is one engine holding its "
+        "instance's whole KV (a cost model with data-parallel ranks, kimi-k2's 32, is pooled "
+        "into one, as seer simulate --ranks 1). Sequences decoded at once: "
+        "engine.max_num_seqs (the presets' instances run 256, kimi-k2 1024)",
     )
     scale: float = Field(
         1.0, gt=0, le=100, description="presets: multiply the groups by this, (0, 100]"

@@ -48,8 +48,9 @@ class SimulationRequest:
     fields (``_SPEC_FIELDS``) replacing the preset's; ``scale`` in (0, 100]; ``policies``: names
     in ``core.scheduling.POLICIES`` (distinct, >= 1); ``chunk_tokens``: None = scheduler default;
     ``acceptance``: see ``core.sim.acceptance.get_acceptance``; ``ranks``: data-parallel
-    attention ranks per instance (>= 1, dividing its GPUs; 1 = the preset's aggregate model),
-    each with its own KV, 1/ranks of the instance's ``max_running`` and its own draft budget;
+    attention ranks per instance (>= 1, dividing its GPUs; 1 pools the instance's KV; None =
+    the cost model's own, e.g. kimi-k2's 32), each with its own KV, 1/ranks of the instance's
+    ``max_running`` and its own draft budget;
     ``cost``: None = the workload preset's cost model (qwen2-vl's for a replay), else a name of
     ``core.sim.workload.get_cost`` (a preset's, or ``vllm-cpu``) or ``fit:FILE`` (a cost model
     as JSON, ``core.sim.cost.cost_to_json``: what ``seer sim-vs-real`` fits and writes)."""
@@ -62,7 +63,7 @@ class SimulationRequest:
     chunk_tokens: int | None = None
     acceptance: str = "paper-1path"
     trace: bool = False
-    ranks: int = 1
+    ranks: int | None = None
     cost: str | None = None
 
     def __post_init__(self) -> None:
@@ -78,7 +79,7 @@ class SimulationRequest:
             raise ValueError(f"unknown workload fields {unknown}; valid: {list(_SPEC_FIELDS)}")
         if self.seed < 0:
             raise ValueError(f"seed={self.seed} < 0")
-        if self.ranks < 1:
+        if self.ranks is not None and self.ranks < 1:
             raise ValueError(f"ranks={self.ranks} < 1")
 
 
@@ -150,14 +151,19 @@ def build_workload(req: SimulationRequest) -> tuple[Workload, CostModel, float |
         if set(req.overrides) - {"instances"}:
             raise ValueError("replay workloads take only --instances among the shape flags")
         cost = _cost(req.cost or "qwen2-vl")
-        return work, with_ranks(cost, req.ranks), None
+        return work, _ranked(cost, req.ranks), None
     preset = get_preset(req.workload)
     spec = dataclasses.replace(preset.spec, **req.overrides)  # type: ignore[arg-type]
     if req.scale != 1.0:
         spec = spec.scaled(req.scale)
     cost = preset.cost if req.cost is None else _cost(req.cost)
     paper = preset.paper_verl_s if req.cost is None else None
-    return generate(spec, req.seed), with_ranks(cost, req.ranks), paper
+    return generate(spec, req.seed), _ranked(cost, req.ranks), paper
+
+
+def _ranked(cost: CostModel, ranks: int | None) -> CostModel:
+    """``cost`` split into ``ranks`` data-parallel ranks; None keeps its own."""
+    return cost if ranks is None else with_ranks(cost, ranks)
 
 
 def _cost(name: str) -> CostModel:

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from app.engines.config import SimConfig
-from core.sim.cost import CostModel
+from core.sim.cost import CostModel, with_ranks
 from core.sim.workload import Workload, generate, get_cost, get_preset, load_recorded
 
 EOS = 2
@@ -203,10 +203,12 @@ class SimWorkload:
 
 
 def _cost(config: SimConfig) -> CostModel:
+    """The instance's cost model, its data-parallel ranks pooled: a replica is one engine
+    with one KV (``core.sim.cost.with_ranks`` to 1)."""
     preset = config.cost or (
         "qwen2-vl" if config.workload.startswith("replay:") else config.workload
     )
-    return get_cost(preset)
+    return with_ranks(get_cost(preset), 1)
 
 
 def _load_replay(config: SimConfig) -> SimWorkload:

@@ -139,17 +139,24 @@ def test_help_documents_every_flag() -> None:
 
 
 def test_ranks_split_an_instance_into_data_parallel_engines() -> None:
+    # kimi-k2's own model is per rank (DP32); --ranks 1 pools the instance's KV, --ranks N
+    # splits any preset's
     args = ["simulate", "--workload", "kimi-k2", "--groups", "8", "--instances", "1",
             "--policies", "verl,divided", "--json"]  # fmt: skip
-    pooled = json.loads(runner.invoke(cli, args).stdout)["workload"]
-    res = runner.invoke(cli, [*args, "--ranks", "32"])
+    own = json.loads(runner.invoke(cli, args).stdout)["workload"]
+    res = runner.invoke(cli, [*args, "--ranks", "1"])
     assert res.exit_code == 0, res.output
-    w = json.loads(res.stdout)["workload"]
-    assert (pooled["ranks_per_instance"], w["ranks_per_instance"]) == (1, 32)
-    assert w["max_running"] == pooled["max_running"] // 32
-    assert w["kv_capacity_tokens"] == pooled["kv_capacity_tokens"] // 32
-    res = runner.invoke(cli, [*args, "--ranks", "5"])
-    assert res.exit_code == 2 and "ranks=5 does not divide gpus=32" in res.output
+    pooled = json.loads(res.stdout)["workload"]
+    assert (pooled["ranks_per_instance"], own["ranks_per_instance"]) == (1, 32)
+    assert own["max_running"] == pooled["max_running"] // 32
+    assert own["kv_capacity_tokens"] == pooled["kv_capacity_tokens"] // 32
+    qwen = [*args[:2], "qwen2-vl", *args[3:]]
+    assert json.loads(runner.invoke(cli, qwen).stdout)["workload"]["ranks_per_instance"] == 1
+    res = runner.invoke(cli, [*qwen, "--ranks", "8"])
+    assert json.loads(res.stdout)["workload"]["ranks_per_instance"] == 8
+    for bad, msg in (("5", "ranks=5 does not divide gpus=32"), ("0", "ranks=0 < 1")):
+        res = runner.invoke(cli, [*args, "--ranks", bad])
+        assert res.exit_code == 2 and msg in res.output
 
 
 def test_the_committed_real_engine_point_is_reproduced_by_simulate() -> None:

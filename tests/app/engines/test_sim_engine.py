@@ -384,13 +384,18 @@ def test_a_continuation_past_the_stop_point_stops_at_once() -> None:
 
 @pytest.mark.parametrize("name", ["qwen2-vl", "kimi-k2", f"replay:{RECORDED}"])
 def test_the_workload_is_the_one_seer_simulate_draws(name: str) -> None:
+    from core.sim.cost import with_ranks
     from core.sim.report import SimulationRequest, build_workload
 
     sim = SimConfig(workload=name, scale=0.02, seed=4)
     scale = 1.0 if name.startswith("replay:") else 0.02
     work, cost, _ = build_workload(SimulationRequest(workload=name, scale=scale, seed=4))
     assert sim_workload(sim).work.lengths == work.lengths
-    assert sim_workload(sim).cost == cost
+    # a replica is one engine: kimi-k2's data-parallel ranks pooled, as --ranks 1
+    assert sim_workload(sim).cost == with_ranks(cost, 1)
+    pooled = build_workload(SimulationRequest(workload=name, scale=scale, seed=4, ranks=1))[1]
+    assert sim_workload(sim).cost == pooled
+    assert (cost.ranks, pooled.ranks) == ((32, 1) if name == "kimi-k2" else (1, 1))
 
 
 @pytest.mark.parametrize("speculate", [False, True])
