@@ -240,9 +240,10 @@ class CostModel:
         return batch / self.step_time(batch, batch * ctx)
 
 
-def with_ranks(cost: CostModel, ranks: int) -> CostModel:
-    """``cost`` with ``ranks`` data-parallel attention ranks sharing its slots evenly."""
-    if ranks == cost.ranks:
+def with_ranks(cost: CostModel, ranks: int | None) -> CostModel:
+    """``cost`` with ``ranks`` data-parallel attention ranks sharing its slots evenly (None:
+    its own)."""
+    if ranks is None or ranks == cost.ranks:
         return cost
     slots = cost.max_running * cost.ranks
     return dataclasses.replace(cost, ranks=ranks, max_running=max(1, slots // ranks))

@@ -151,19 +151,14 @@ def build_workload(req: SimulationRequest) -> tuple[Workload, CostModel, float |
         if set(req.overrides) - {"instances"}:
             raise ValueError("replay workloads take only --instances among the shape flags")
         cost = _cost(req.cost or "qwen2-vl")
-        return work, _ranked(cost, req.ranks), None
+        return work, with_ranks(cost, req.ranks), None
     preset = get_preset(req.workload)
     spec = dataclasses.replace(preset.spec, **req.overrides)  # type: ignore[arg-type]
     if req.scale != 1.0:
         spec = spec.scaled(req.scale)
     cost = preset.cost if req.cost is None else _cost(req.cost)
     paper = preset.paper_verl_s if req.cost is None else None
-    return generate(spec, req.seed), _ranked(cost, req.ranks), paper
-
-
-def _ranked(cost: CostModel, ranks: int | None) -> CostModel:
-    """``cost`` split into ``ranks`` data-parallel ranks; None keeps its own."""
-    return cost if ranks is None else with_ranks(cost, ranks)
+    return generate(spec, req.seed), with_ranks(cost, req.ranks), paper
 
 
 def _cost(name: str) -> CostModel:

@@ -66,14 +66,7 @@ def paper_figures(p: Preset, policy: str) -> tuple[str, float | None, float | No
 
 
 def measure(workload: str, policies: tuple[str, ...], seeds: tuple[int, ...]) -> list[Row]:
-    return measure_preset(workload, get_preset(workload), policies, seeds)
-
-
-def measure_preset(
-    workload: str, p: Preset, policies: tuple[str, ...], seeds: tuple[int, ...]
-) -> list[Row]:
-    """``measure`` on preset ``p`` (a candidate model, not only a named preset), its rows
-    labelled ``workload``."""
+    p = get_preset(workload)
     pols = ("verl", *[x for x in policies if x != "verl"])
     runs: dict[str, list[tuple[float, float, float, float]]] = {x: [] for x in pols}
     ratios: dict[str, list[float]] = {x: [] for x in pols}
