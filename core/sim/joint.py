@@ -14,17 +14,20 @@ is deterministic); ``core.sim.search.compass`` (each free parameter +-step, step
 nothing improves) minimises it. The fitted values are written into ``core.sim.workload.PRESETS``
 by hand, each with its targets named, and re-checked by tests. Run: ``python -m
 core.sim.joint [PRESET ...]`` (~2-10 min per preset on 2 cores, qwen2-vl ~10 min a sweep with
-its five, kimi-k2 ~20 min a sweep).
+its five, kimi-k2 ~20 min a sweep); ``--fix NAME=VALUE`` holds a parameter and refits the rest
+from the committed point (a profile: does the baseline identify it?), ``--seeds`` evaluates on
+other seeds, ``--eval`` only evaluates the point.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.bounds import check_range
 from core.sim.search import Param, compass
 from core.sim.simulator import simulate
 from core.sim.workload import Preset, generate, get_preset
@@ -190,10 +193,66 @@ def fit(
     return cur, evaluate(cur)[1]
 
 
-def main() -> None:
-    names = sys.argv[1:] or ["moonlight", "qwen2-vl", "kimi-k2"]
-    for name in names:
-        p = get_preset(name)
+def profile(preset_name: str, fixed: dict[str, float]) -> tuple[Preset, tuple[Free, ...]]:
+    """A profile of ``preset_name``'s fit along ``fixed``: the committed preset with these
+    parameters held at the given values, and its other free parameters (``FREE``), each
+    searched from the committed value with half its first step (the committed point is near
+    the optimum). Answers whether the baseline identifies a parameter: refit the rest with it
+    held elsewhere and compare the loss (``python -m core.sim.joint moonlight --fix
+    within_sigma=0.3``)."""
+    preset = get_preset(preset_name)
+    bounds = {f.name: f for f in FREE[preset_name]}
+    for k, v in fixed.items():
+        if k not in SPEC_FIELDS + COST_FIELDS:
+            raise ValueError(f"unknown parameter {k!r}; valid: {SPEC_FIELDS + COST_FIELDS}")
+        if k in bounds:
+            check_range(k, v, bounds[k].lo, bounds[k].hi)
+    p = apply(preset, fixed)
+    free = []
+    for f in FREE[preset_name]:
+        if f.name in fixed:
+            continue
+        now = getattr(p.spec if f.name in SPEC_FIELDS else p.cost, f.name)
+        free.append(dataclasses.replace(f, start=min(max(now, f.lo), f.hi), step=f.step / 2))
+    return p, tuple(free)
+
+
+def _parse_fixed(items: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[key] = float(value)
+        except ValueError:
+            raise SystemExit(f"--fix {item!r}: expected NAME=NUMBER") from None
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m core.sim.joint", description=__doc__)
+    ap.add_argument("presets", nargs="*", default=["moonlight", "qwen2-vl", "kimi-k2"])
+    ap.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                    help="hold a parameter at VALUE and refit the others from the committed "
+                         "point (a profile; repeatable)")  # fmt: skip
+    ap.add_argument("--seeds", help="comma-separated seeds (default: the preset's fit seeds)")
+    ap.add_argument(
+        "--eval",
+        action="store_true",
+        help="no search: the baseline figures and loss of the point as given",
+    )
+    args = ap.parse_args(argv)
+    fixed = _parse_fixed(args.fix)
+    for name in args.presets:
+        try:
+            if fixed or args.eval:
+                p, free = profile(name, fixed)
+            else:
+                p, free = get_preset(name), FREE[name]
+            seeds = tuple(int(x) for x in args.seeds.split(",")) if args.seeds else fit_seeds(name)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
         tgt = targets_of(p)
 
         def show(vals: dict[str, float], f: Figures, val: float, name: str = name) -> None:
@@ -202,8 +261,13 @@ def main() -> None:
                   f"x{f.divided_x:.3f} preempt {f.verl_preemptions:.0f} loss {val:.4f}",
                   flush=True)  # fmt: skip
 
-        vals, f = fit(p, FREE[name], fit_seeds(name), report=show)
-        print(f"{name}: FITTED {vals} bw_eff={BW_EFF_PRIOR} -> {f} (paper {tgt})", flush=True)
+        if args.eval:
+            f = baseline_figures(apply(p, {"bw_eff": BW_EFF_PRIOR}), seeds)
+            show(fixed, f, loss(f, tgt))
+            continue
+        vals, f = fit(p, free, seeds, report=show)
+        print(f"{name}: FITTED {vals} fixed {fixed} bw_eff={BW_EFF_PRIOR} seeds {seeds} -> {f} "
+              f"loss {loss(f, tgt):.4f} (paper {tgt})", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -114,3 +114,37 @@ def test_qwen2_vl_s_within_group_spread_is_placed_by_the_baseline() -> None:
     fitted = loss(baseline_figures(p), t)
     assert fitted < 0.03
     assert loss(baseline_figures(apply(p, {"within_sigma": 0.5})), t) > fitted + 0.01
+
+
+def test_a_profile_holds_the_fixed_parameters_and_refits_the_rest_from_the_committed_one() -> None:
+    from core.sim.joint import profile
+
+    committed = PRESETS["moonlight"]
+    p, free = profile("moonlight", {"within_sigma": 0.3, "mem_util": 0.7})
+    assert p.spec.within_sigma == 0.3 and p.cost.mem_util == 0.7
+    assert [f.name for f in free] == ["length_sigma", "outlier_frac", "step_overhead_s"]
+    start = {f.name: f.start for f in free}
+    assert start["length_sigma"] == committed.spec.length_sigma
+    assert start["step_overhead_s"] == committed.cost.step_overhead_s
+    steps = {f.name: f.step for f in FREE["moonlight"]}
+    assert all(f.step == steps[f.name] / 2 for f in free)
+    with pytest.raises(ValueError, match="unknown parameter 'magic'"):
+        profile("moonlight", {"magic": 1.0})
+    with pytest.raises(ValueError, match=r"mem_util=0.3 outside"):
+        profile("moonlight", {"mem_util": 0.3})  # outside its fit bounds
+    with pytest.raises(ValueError, match="within_sigma"):
+        profile("moonlight", {"within_sigma": 9.0})  # WorkloadSpec's own bounds
+
+
+def test_the_cli_evaluates_a_held_point_on_given_seeds(capsys: pytest.CaptureFixture[str]) -> None:
+    from core.sim.joint import main
+
+    with pytest.raises(SystemExit, match="expected NAME=NUMBER"):
+        main(["moonlight", "--fix", "within_sigma"])
+    with pytest.raises(SystemExit, match="unknown workload 'nope'"):
+        main(["nope", "--eval"])
+    main(["moonlight", "--eval", "--fix", "within_sigma=0.3", "--seeds", "5"])
+    out = capsys.readouterr().out
+    # one seed of the full-scale baseline at the held point: the figures and the loss
+    assert out.startswith("moonlight: within_sigma=0.3 -> verl ") and " loss " in out
+    assert "FITTED" not in out
