@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import pytest
@@ -90,13 +91,21 @@ def test_kimi_k2_holds_a_kv_per_data_parallel_rank_and_its_fit_meets_the_baselin
     assert baseline_figures(pooled, seeds=(0,)).divided_x < 1.05
 
 
+@functools.cache
+def committed_figures(name: str, within: float | None = None) -> Figures:
+    """The baseline figures of preset ``name`` on its fit seeds (within-group spread replaced
+    where given); cached, since the full-scale baselines of twelve seeds take ~1 min."""
+    p = PRESETS[name]
+    return baseline_figures(p if within is None else apply(p, {"within_sigma": within}))
+
+
 def test_moonlight_s_fitted_kv_headroom_meets_every_baseline_target() -> None:
     # the committed point of the moonlight fit (mem_util free): the mean of FIT_SEEDS lands on
     # veRL's time and tail and on divided x veRL within 3%, where the 0.9 prior (issue 22's
     # first fit) missed divided by +7%; the fitted KV is short enough that veRL preempts
     p = PRESETS["moonlight"]
     assert "mem_util" in {f.name for f in FREE["moonlight"]} and p.cost.mem_util < 0.9
-    f = baseline_figures(p)
+    f = committed_figures("moonlight")
     t = targets_of(p)
     assert f.verl_s == pytest.approx(t.verl_s, rel=0.03)
     assert f.verl_tail_s == pytest.approx(t.verl_tail_s, rel=0.03)
@@ -104,16 +113,21 @@ def test_moonlight_s_fitted_kv_headroom_meets_every_baseline_target() -> None:
     assert f.verl_preemptions > 1000
 
 
-def test_qwen2_vl_s_within_group_spread_is_placed_by_the_baseline() -> None:
-    # the within-group spread is free on qwen2-vl: the committed point (within 0.3) fits the
-    # baseline better than the same constants with the default spread 0.5 put back (which
-    # lowers veRL's tail and the divided gain: 0.0343 even with the other four refitted)
-    p = PRESETS["qwen2-vl"]
-    assert "within_sigma" in {f.name for f in FREE["qwen2-vl"]} and p.spec.within_sigma < 0.5
+@pytest.mark.parametrize(("name", "bound", "margin"), [("moonlight", 0.001, 0.004),
+                                                        ("qwen2-vl", 0.035, 0.007)])  # fmt: skip
+def test_the_within_group_spread_is_placed_by_the_baseline(
+    name: str, bound: float, margin: float
+) -> None:
+    # the within-group spread is free on moonlight and qwen2-vl: on the twelve fit seeds the
+    # committed point (0.275 / 0.3) fits the baseline (loss 0.0002 / 0.0323) better than the
+    # same constants with the default spread 0.5 put back (0.0056 / 0.0418: veRL slower, and on
+    # qwen2-vl the divided gain lower)
+    p = PRESETS[name]
+    assert "within_sigma" in {f.name for f in FREE[name]} and p.spec.within_sigma < 0.5
     t = targets_of(p)
-    fitted = loss(baseline_figures(p), t)
-    assert fitted < 0.03
-    assert loss(baseline_figures(apply(p, {"within_sigma": 0.5})), t) > fitted + 0.01
+    fitted = loss(committed_figures(name), t)
+    assert fitted < bound
+    assert loss(committed_figures(name, 0.5), t) > fitted + margin
 
 
 def test_a_profile_holds_the_fixed_parameters_and_refits_the_rest_from_the_committed_one() -> None:
