@@ -146,8 +146,10 @@ def test_a_profile_holds_the_fixed_parameters_and_refits_the_rest_from_the_commi
         profile("moonlight", {"magic": 1.0})
     with pytest.raises(ValueError, match=r"mem_util=0.3 outside"):
         profile("moonlight", {"mem_util": 0.3})  # outside its fit bounds
-    with pytest.raises(ValueError, match="within_sigma"):
-        profile("moonlight", {"within_sigma": 9.0})  # WorkloadSpec's own bounds
+    with pytest.raises(ValueError, match=r"within_sigma=1.5 outside"):
+        profile("moonlight", {"within_sigma": 1.5})  # outside its fit bounds, inside the spec's
+    with pytest.raises(ValueError, match="runaway_groups"):
+        profile("moonlight", {"runaway_groups": 2.0})  # not fitted: WorkloadSpec's own bounds
 
 
 def test_the_cli_evaluates_a_held_point_on_given_seeds(capsys: pytest.CaptureFixture[str]) -> None:
