@@ -9,7 +9,8 @@ time and tail, divided rollout x veRL), ``validated`` when it was not (context-a
 ``context-max``, Seer = ``seer-paper``, Seer's tail) and ``ours`` for our own policies, which the
 paper has no row for. Within 10% of the paper is the validation criterion of issue 22.
 Run: ``python -m core.sim.table4 [--workloads a,b] [--seeds 0,1] [--policies ...] [--json]``
-(~6 min for all three on 2 cores; ~12 with our three policies added).
+(11 min for the default rows on 2 cores, measured with moonlight and qwen2-vl on twelve seeds;
+more with policies added).
 """
 
 from __future__ import annotations
