@@ -174,6 +174,14 @@ def loss(fig: Figures, tgt: Targets) -> float:
     return total
 
 
+def evaluate(
+    preset: Preset, values: dict[str, float], seeds: tuple[int, ...] = FIT_SEEDS
+) -> tuple[float, Figures]:
+    """(loss, figures) of ``preset`` with ``values`` applied and ``bw_eff`` at its prior."""
+    fig = baseline_figures(apply(preset, {"bw_eff": BW_EFF_PRIOR, **values}), seeds)
+    return loss(fig, targets_of(preset)), fig
+
+
 def fit(
     preset: Preset,
     free: tuple[Free, ...],
@@ -183,20 +191,18 @@ def fit(
 ) -> tuple[dict[str, float], Figures]:
     """Compass search over ``free`` (``bw_eff`` fixed at ``BW_EFF_PRIOR``); ``sweeps``
     halvings of the steps. Returns the best values and their figures."""
-    tgt = targets_of(preset)
     cache: dict[tuple[float, ...], tuple[float, Figures]] = {}
 
-    def evaluate(vals: dict[str, float]) -> tuple[float, Figures]:
+    def cached(vals: dict[str, float]) -> tuple[float, Figures]:
         key = tuple(round(vals[f.name], 6) for f in free)
         if key not in cache:
-            fig = baseline_figures(apply(preset, {"bw_eff": BW_EFF_PRIOR, **vals}), seeds)
-            cache[key] = (loss(fig, tgt), fig)
+            cache[key] = evaluate(preset, vals, seeds)
             if report is not None:
-                report(vals, fig, cache[key][0])
+                report(vals, cache[key][1], cache[key][0])
         return cache[key]
 
-    cur, _ = compass(lambda vals: evaluate(vals)[0], free, sweeps)
-    return cur, evaluate(cur)[1]
+    cur, _ = compass(lambda vals: cached(vals)[0], free, sweeps)
+    return cur, cached(cur)[1]
 
 
 def profile(preset_name: str, fixed: dict[str, float]) -> tuple[Preset, tuple[Free, ...]]:
@@ -268,8 +274,8 @@ def main(argv: list[str] | None = None) -> None:
                   flush=True)  # fmt: skip
 
         if args.eval:
-            f = baseline_figures(apply(p, {"bw_eff": BW_EFF_PRIOR}), seeds)
-            show(fixed, f, loss(f, tgt))
+            val, f = evaluate(p, {}, seeds)
+            show(fixed, f, val)
             continue
         vals, f = fit(p, free, seeds, report=show)
         print(f"{name}: FITTED {vals} fixed {fixed} bw_eff={BW_EFF_PRIOR} seeds {seeds} -> {f} "
