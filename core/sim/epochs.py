@@ -7,7 +7,9 @@ prompt (what a store of earlier rollouts holds when epoch e starts), never epoch
 policy of one epoch runs on the same workload, so their figures differ only by policy.
 
 ``python -m core.sim.epochs --workload qwen2-vl --epochs 4 --seed 0 --policies
-context,context-prior,oracle`` prints one JSON list (makespan and tail per policy per epoch).
+context,context-prior,oracle`` prints one JSON list (makespan and tail per policy per epoch);
+with ``--versus context`` one object: that list with each policy's throughput over
+``context`` per epoch (``x_versus``), and its mean over the epochs that had a prior.
 """
 
 from __future__ import annotations
@@ -67,6 +69,17 @@ def simulate_epochs(
     return out
 
 
+def gains(rows: Sequence[EpochResult], versus: str) -> dict[str, list[float]]:
+    """Per policy, ``versus``'s makespan / the policy's in each epoch of ``rows`` (> 1: the
+    policy is faster than ``versus`` on the same workload)."""
+    if not rows or versus not in rows[0].results:
+        raise ValueError(f"versus={versus!r} is not one of the simulated policies")
+    return {
+        name: [r.results[versus].makespan_s / r.results[name].makespan_s for r in rows]
+        for name in rows[0].results
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="qwen2-vl", help="preset name")
@@ -75,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply groups and instances")
     ap.add_argument("--instances", type=int, default=None, help="override the preset's")
     ap.add_argument("--policies", default="context,context-prior,oracle")
+    ap.add_argument(
+        "--versus",
+        help="one of --policies: add each policy's throughput over it per epoch (x_versus) and "
+        "its mean over the epochs that had a prior (epoch >= 1)",
+    )
     args = ap.parse_args(argv)
     preset = get_preset(args.workload)
     spec = preset.spec
@@ -84,21 +102,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         spec = spec.scaled(args.scale)
     first = generate(spec, args.seed)
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.versus is not None and args.versus not in names:
+        ap.error(f"--versus {args.versus!r} is not one of --policies {names}")
     rows = simulate_epochs(first, preset.cost, names, args.epochs, args.seed)
-    print(
-        json.dumps(
-            [
-                {
-                    "epoch": r.epoch,
-                    "policies": {
-                        n: {"makespan_s": x.makespan_s, "tail_s": x.tail_s}
-                        for n, x in r.results.items()
-                    },
-                }
-                for r in rows
-            ]
-        )
-    )
+    x = gains(rows, args.versus) if args.versus is not None else {}
+    epochs = [
+        {
+            "epoch": r.epoch,
+            "policies": {
+                n: {"makespan_s": v.makespan_s, "tail_s": v.tail_s}
+                | ({"x_versus": x[n][i]} if x else {})
+                for n, v in r.results.items()
+            },
+        }
+        for i, r in enumerate(rows)
+    ]
+    if not x:
+        print(json.dumps(epochs))
+        return
+    with_prior = {n: g[1:] for n, g in x.items()}
+    mean = {n: sum(g) / len(g) for n, g in with_prior.items() if g}
+    print(json.dumps({"versus": args.versus, "epochs": epochs, "mean_x_versus_with_prior": mean}))
 
 
 if __name__ == "__main__":

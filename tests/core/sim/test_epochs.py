@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -61,3 +62,26 @@ def test_bad_arguments() -> None:
         ep.simulate_epochs(first, cost, ["context"], epochs=0)
     with pytest.raises(ValueError, match="unknown policy"):
         ep.simulate_epochs(first, cost, ["nope"], epochs=1)
+
+
+def test_versus_reports_throughput_over_a_policy_per_epoch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ep.main(["--workload", "qwen2-vl", "--scale", "0.05", "--epochs", "3",
+             "--policies", "context-max,context-prior", "--versus", "context-max"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["versus"] == "context-max"
+    rows = out["epochs"]
+    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        pol = r["policies"]
+        assert pol["context-max"]["x_versus"] == 1.0
+        want = pol["context-max"]["makespan_s"] / pol["context-prior"]["makespan_s"]
+        assert pol["context-prior"]["x_versus"] == pytest.approx(want)
+    mean = out["mean_x_versus_with_prior"]
+    with_prior = [r["policies"]["context-prior"]["x_versus"] for r in rows[1:]]
+    assert mean["context-prior"] == pytest.approx(sum(with_prior) / 2)  # epoch 0 has no prior
+    assert rows[0]["policies"]["context-prior"]["x_versus"] != pytest.approx(mean["context-prior"])
+    with pytest.raises(SystemExit):
+        ep.main(["--policies", "context", "--versus", "oracle"])
+    assert "--versus 'oracle' is not one of --policies" in capsys.readouterr().err
