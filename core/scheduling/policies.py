@@ -75,6 +75,14 @@ def seer(base: SchedulerConfig) -> PolicyPlan:
     return _plan("seer", base, True, divided=True, ordering="context", probes=True)
 
 
+def seer_prior(base: SchedulerConfig) -> PolicyPlan:
+    """``context-prior`` + adaptive grouped speculative decoding: the hedged estimate seeded
+    with the store's lengths of earlier iterations, longest first, with the engines drafting
+    (``seer``'s speculation on ``context-prior``'s order)."""
+    plan = _plan("seer-prior", base, True, divided=True, ordering="context-hedge", probes=True)
+    return dataclasses.replace(plan, uses_prior=True)
+
+
 def seer_paper(base: SchedulerConfig) -> PolicyPlan:
     """The paper's Seer as published, to check the simulator against Table 4: the paper's
     literal Algorithm 2 (ordering ``context-max``) + adaptive grouped speculative decoding
@@ -113,6 +121,7 @@ POLICIES: dict[str, PolicyFn] = {
     "context-hedge": context_hedge,
     "context-prior": context_prior,
     "seer": seer,
+    "seer-prior": seer_prior,
     "seer-paper": seer_paper,
     "oracle": oracle,
     "oracle-seer": oracle_seer,

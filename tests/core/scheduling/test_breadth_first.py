@@ -62,6 +62,7 @@ def test_policies_run_the_ordering_their_name_says() -> None:
     assert get_policy("context").config.ordering == "context"
     assert get_policy("seer").config.ordering == "context"
     assert get_policy("context-prior").config.ordering == "context-hedge"
+    assert get_policy("seer-prior").config.ordering == "context-hedge"
     assert get_policy("context-max").config.ordering == "context-max"
     assert get_policy("context-hedge").config.ordering == "context-hedge"
     with pytest.raises(ValueError, match="breadth-first"):

@@ -127,6 +127,20 @@ def test_context_prior_uses_an_earlier_iteration_of_the_same_prompts() -> None:
         simulate(recorded, COST, "context-prior")
 
 
+def test_seer_prior_is_context_prior_with_speculation() -> None:
+    plan, twin = get_policy("seer-prior"), get_policy("context-prior")
+    assert plan.speculate and plan.uses_prior and plan.config == twin.config
+    spec = WorkloadSpec("t", groups=48, group_size=8, mean_tokens=3000, max_tokens=16384,
+                        instances=2, within_sigma=0.2, outlier_frac=0.0)  # fmt: skip
+    w = generate(spec, seed=5)
+    seeded = simulate(w, COST, "seer-prior")
+    assert seeded.mean_acceptance_length > 1.1  # it drafts
+    assert seeded.makespan_s < simulate(w, COST, "context-prior").makespan_s
+    # the prior changes its decisions: a prior of other lengths gives another rollout
+    other = simulate(w, COST, "seer-prior", prior_seed=7)
+    assert other.makespan_s != seeded.makespan_s
+
+
 def test_oracle_seer_is_the_oracle_order_with_speculation() -> None:
     plan = get_policy("oracle-seer")
     assert plan.speculate and plan.config.ordering == "oracle"
