@@ -79,8 +79,7 @@ def seer_prior(base: SchedulerConfig) -> PolicyPlan:
     """``context-prior`` + adaptive grouped speculative decoding: the hedged estimate seeded
     with the store's lengths of earlier iterations, longest first, with the engines drafting
     (``seer``'s speculation on ``context-prior``'s order)."""
-    plan = _plan("seer-prior", base, True, divided=True, ordering="context-hedge", probes=True)
-    return dataclasses.replace(plan, uses_prior=True)
+    return dataclasses.replace(context_prior(base), name="seer-prior", speculate=True)
 
 
 def seer_paper(base: SchedulerConfig) -> PolicyPlan:
