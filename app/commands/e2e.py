@@ -199,8 +199,8 @@ def run_e2e(
     from app.engines.config import SimConfig
     from app.engines.sim.workload import sim_workload
     from core.scheduling import DictLengthPrior, get_policy
-    from core.sim.epochs import epoch_workload
     from core.sim.simulator import simulate
+    from core.sim.workload import epoch_workload
     from core.stats import tail_time
 
     if iterations < 1:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from core.scheduling import DictLengthPrior, get_policy
 from core.sim.cost import CostModel
 from core.sim.simulator import PolicyResult, simulate
-from core.sim.workload import Workload, generate, get_preset, resample_same_prompts
+from core.sim.workload import Workload, epoch_workload, generate, get_preset
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +34,6 @@ class EpochResult:
     epoch: int
     prior_lengths: int
     results: dict[str, PolicyResult]
-
-
-def epoch_workload(first: Workload, epoch: int, seed: int) -> Workload:
-    """The workload of ``epoch`` (0 = ``first`` itself) on the prompts of ``first``."""
-    if epoch < 0:
-        raise ValueError(f"epoch={epoch} < 0")
-    if epoch == 0:
-        return first
-    return resample_same_prompts(first, seed=1_000_003 * (seed + 1) + epoch)
 
 
 def simulate_epochs(

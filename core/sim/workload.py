@@ -272,6 +272,16 @@ def resample_same_prompts(work: Workload, seed: int) -> Workload:
     return dataclasses.replace(work, lengths=[list(map(int, row)) for row in lens])
 
 
+def epoch_workload(first: Workload, epoch: int, seed: int) -> Workload:
+    """The workload of RL iteration ``epoch`` (0 = ``first`` itself) on the prompts of
+    ``first`` (``resample_same_prompts`` with a seed derived from ``seed`` and ``epoch``)."""
+    if epoch < 0:
+        raise ValueError(f"epoch={epoch} < 0")
+    if epoch == 0:
+        return first
+    return resample_same_prompts(first, seed=1_000_003 * (seed + 1) + epoch)
+
+
 def load_recorded(path: str | Path, instances: int = 1, max_tokens: int | None = None) -> Workload:
     """Replay the lengths of recorded rollouts (``data/rollouts/*.jsonl.gz``); the
     spec's sigmas are the recorded ones (std-dev of group mean log length, pooled within)."""

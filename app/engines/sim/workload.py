@@ -10,7 +10,7 @@ lengths of the workload group its hash picks (same distribution, siblings stay c
 and draws its own tokens.
 
 Iterations (``SimConfig.epoch`` = e >= 1): the prompts are those of epoch 0, the lengths those
-of ``core.sim.epochs.epoch_workload(first, e, seed)`` (each group's latent length kept, fresh
+of ``core.sim.workload.epoch_workload(first, e, seed)`` (each group's latent length kept, fresh
 responses drawn around it: what successive RL iterations of the same prompts look like to a
 length prior), and the drawn tokens change with e; epoch 0 is exactly the workload above.
 
@@ -244,7 +244,7 @@ def sim_workload(config: SimConfig) -> SimWorkload:
     the file or draws the lengths, ~0.1 s): call it from a thread in async code."""
     if config.workload.startswith("replay:"):
         return _load_replay(config)
-    from core.sim.epochs import epoch_workload
+    from core.sim.workload import epoch_workload
 
     spec = get_preset(config.workload).spec
     if config.scale != 1.0:

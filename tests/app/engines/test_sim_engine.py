@@ -102,7 +102,7 @@ def test_codec_round_trips_and_group_prompts_map_back() -> None:
 
 
 def test_a_later_epoch_redraws_lengths_around_each_prompts_latent_length() -> None:
-    from core.sim.epochs import epoch_workload
+    from core.sim.workload import epoch_workload
 
     first = sim_workload(FAST)
     later = sim_workload(FAST.model_copy(update={"epoch": 1}))

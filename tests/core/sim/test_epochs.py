@@ -11,7 +11,7 @@ import core.sim.epochs as ep
 from core.scheduling import LengthPrior
 from core.sim.cost import CostModel
 from core.sim.simulator import PolicyResult
-from core.sim.workload import Workload, generate, get_preset
+from core.sim.workload import Workload, epoch_workload, generate, get_preset
 
 
 def _small() -> tuple[Workload, CostModel]:
@@ -22,13 +22,13 @@ def _small() -> tuple[Workload, CostModel]:
 
 def test_epoch_workloads_keep_prompts_and_redraw_responses() -> None:
     first, _ = _small()
-    assert ep.epoch_workload(first, 0, 0) is first
-    e1 = ep.epoch_workload(first, 1, 0)
+    assert epoch_workload(first, 0, 0) is first
+    e1 = epoch_workload(first, 1, 0)
     assert e1.group_log_means == first.group_log_means
     assert e1.lengths != first.lengths
-    assert ep.epoch_workload(first, 1, 0).lengths == e1.lengths  # deterministic
+    assert epoch_workload(first, 1, 0).lengths == e1.lengths  # deterministic
     with pytest.raises(ValueError, match="epoch=-1"):
-        ep.epoch_workload(first, -1, 0)
+        epoch_workload(first, -1, 0)
 
 
 def test_prior_policies_see_exactly_the_earlier_epochs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,7 +46,7 @@ def test_prior_policies_see_exactly_the_earlier_epochs(monkeypatch: pytest.Monke
     rows = ep.simulate_epochs(first, cost, ["context", "context-prior"], epochs=3)
     assert [r.epoch for r in rows] == [0, 1, 2]
     assert [r.prior_lengths for r in rows] == [0, 16, 32]
-    e1 = ep.epoch_workload(first, 1, 0)
+    e1 = epoch_workload(first, 1, 0)
     assert seen[0] == ("context", None) and seen[2] == ("context", None)
     assert seen[1] == ("context-prior", [])
     assert seen[3] == ("context-prior", first.lengths[2])
