@@ -109,6 +109,6 @@ cat <<MSG
   Serve log     $LOG
   Dashboard log $DASH_LOG
   seer command  $VENV/bin/seer --help   (source .venv/bin/activate puts it on PATH)
-  Baseline      ./run.sh stop; ./run.sh --policy verl   (seer compare measures both)
+  Baseline      ./run.sh stop; ./run.sh --policy verl   (seer-lab compare measures both)
   Stop          ./run.sh stop   (dashboard and app)
 MSG

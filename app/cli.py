@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-from app.commands import (
-    compare,
-    db,
-    demo,
-    e2e,
-    exactness,
-    models,
-    replay,
-    serve,
-    sim_vs_real,
-    simulate,
-)
+from typing import Annotated
+
+import typer
+
+from app.commands import db, demo, exactness, models, serve, simulate
 from app.commands.help import SeerTyper
+
+#: commands that moved to the laboratory's ``seer-lab`` (issue 37); run as ``seer NAME`` they
+#: say where they went
+MOVED_TO_LAB = ("replay", "e2e", "compare", "sim-vs-real")
 
 HELP = """Seer rollout service for RL training: a trainer sends a batch of prompts and gets
 back, for every prompt, a group of sampled responses (text, token ids, logprobs), over HTTP.
 
 Start it with `seer serve` (what ./run.sh does), try it with `seer demo`; the other commands
-are benchmarks and maintenance. `seer COMMAND --help` documents each one."""
+check and maintain it. `seer COMMAND --help` documents each one; the benchmarks are
+`seer-lab`'s."""
 
 cli = SeerTyper(
     name="seer",
@@ -39,12 +37,28 @@ models.register(cli)
 simulate.register(cli)
 serve.register(cli)
 demo.register(cli)
-replay.register(cli)
-e2e.register(cli)
-compare.register(cli)
 exactness.register(cli)
 db.register(cli)
-sim_vs_real.register(cli)
+
+
+def _moved(name: str) -> None:
+    def moved(args: Annotated[list[str] | None, typer.Argument(hidden=True)] = None) -> None:
+        typer.echo(
+            f"`seer {name}` moved to the laboratory: run `seer-lab {name}` "
+            f"(`seer-lab {name} --help`)",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+    cli.command(
+        name,
+        hidden=True,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )(moved)
+
+
+for _name in MOVED_TO_LAB:
+    _moved(_name)
 
 
 def main() -> None:

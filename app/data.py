@@ -1,6 +1,6 @@
 """Where the data a clone ships lives: the recorded rollouts, ``data/rollouts`` at the top of the
-repository (format, provenance and statistics in its README). Tests, ``seer replay``,
-``--workload replay:``, ``app.bench.speculation_methods`` and the README's examples read them
+repository (format, provenance and statistics in its README). Tests, ``seer-lab replay``,
+``--workload replay:``, ``lab.bench.speculation_methods`` and the README's examples read them
 from here."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ speculation). Four checks:
     chi-square test (a response that ended before a position counts as "ended"), and the
     per-response mean logprob, which sums every position, by a two-sample Kolmogorov-Smirnov
     test. M = 160 by default, chosen from the measured power curve
-    (``app.bench.exactness_power``, docs/speculation.md).
+    (``lab.bench.exactness_power``, docs/speculation.md).
 (c) logprobs: the logprobs the spec engine returned for its tokens equal the target model's,
     scored by one plain prefill of the same tokens (under vLLM's own rule).
 (d) the spec engine accepted draft tokens at all (otherwise nothing was tested).

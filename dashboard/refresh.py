@@ -1,5 +1,6 @@
 """What one refresh of each page computes from the store: its queries and its figures, in one
-plain function per page (the pages render the result; ``dashboard.refresh_bench`` times them)."""
+plain function per page (the pages render the result; ``lab.bench.dashboard_refresh`` times
+them)."""
 
 from __future__ import annotations
 

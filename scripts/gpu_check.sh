@@ -6,7 +6,7 @@
 #   2. seer serve --config serve_config.gpu.yaml --num-replicas 1: the replica must report a
 #      GPU (healthz gpu_ids), then one rollout through it (tokens/s);
 #   3. seer exactness --json: grouped speculation on vs off on the GPU engine;
-#   4. python -m app.bench.speculation_methods --json: none vs ngram vs grouped, side by side.
+#   4. python -m lab.bench.speculation_methods --json: none vs ngram vs grouped, side by side.
 # Usage: scripts/gpu_check.sh            (SEER_GPU_CHECK_PORT moves the app off 8000)
 set -uo pipefail
 export SEER_EXTRA=gpu
@@ -48,7 +48,7 @@ kill -TERM "$serve_pid" 2>/dev/null; timeout 120 tail --pid="$serve_pid" -f /dev
 say "exactness ..."
 timeout 600 "$VENV/bin/seer" exactness --json >"$RES/exactness.json" 2>"$RES/exactness.log"
 say "speculation_methods ..."
-timeout 600 "$PY" -m app.bench.speculation_methods --json >"$RES/spec_bench.json" 2>"$RES/spec_bench.log"
+timeout 600 "$PY" -m lab.bench.speculation_methods --json >"$RES/spec_bench.json" 2>"$RES/spec_bench.log"
 
 "$PY" - "$RES" "$((SECONDS - t0))" <<'PY' | tee "$OUT_DIR/gpu_check.json"
 import json, sys

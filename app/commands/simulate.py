@@ -72,7 +72,7 @@ def simulate(
         typer.Option(
             help="acceptance calibration for seer: paper-1path (Table 2, one linear draft "
             "path, what vLLM 0.32 verifies), paper (Table 2's 4 paths, charged 4 x the draft "
-            "tokens), or replay:FILE (JSON of `seer replay --json`)"
+            "tokens), or replay:FILE (JSON of `seer-lab replay --json`)"
         ),
     ] = "paper-1path",
     ranks: Annotated[
@@ -89,7 +89,7 @@ def simulate(
         typer.Option(
             help="cost model: a preset's (moonlight, qwen2-vl, kimi-k2), vllm-cpu (the CPU "
             "service's engine, fitted to measured step times), or fit:FILE (the cost.json "
-            "`seer sim-vs-real` writes); default: the workload's (qwen2-vl for replay:FILE)"
+            "`seer-lab sim-vs-real` writes); default: the workload's (qwen2-vl for replay:FILE)"
         ),
     ] = None,
 ) -> None:

@@ -1,5 +1,5 @@
 """One response generated chunk by chunk on one engine, as the service's dispatcher chunks it
-(for engine-level tools: ``seer exactness``, ``app.bench.speculation_methods``).
+(for engine-level tools: ``seer exactness``, ``lab.bench.speculation_methods``).
 
 Invariant: chunk k continues exactly where chunk k-1 stopped (``generated_token_ids`` = every
 token so far); the response ends when a chunk finishes it (stop or length). A chunk that neither

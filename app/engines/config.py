@@ -56,8 +56,8 @@ class SimConfig(BaseModel):
         le=2**31 - 1,
         description="RL iteration of the same prompts whose responses the engine serves: 0 = "
         "the drawn workload; e >= 1 keeps every prompt's latent length and draws fresh responses "
-        "around it (core.sim.workload.epoch_workload, as python -m core.sim.epochs), so a prompt's "
-        "lengths differ across iterations but stay correlated. Presets only (not replay:FILE)",
+        "around it (core.sim.workload.epoch_workload), so a prompt's lengths differ across "
+        "iterations but stay correlated. Presets only (not replay:FILE)",
     )
     vocab_size: int = Field(
         65_536,

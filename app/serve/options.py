@@ -7,7 +7,7 @@ chunk result, exchange or status read is one).
 ``HOT_PATH_LOGGING``: the deployments called once per chunk or per draft exchange (engine
 replicas, scheduler, draft server) write no Serve access-log line per call: at ~100 calls/s
 formatting and writing them was ~15% of a sim engine replica's request handling and ~20% of the
-draft server's (py-spy, 8-replica ``seer e2e``). Errors are still logged; the ingress keeps its
+draft server's (py-spy, 8-replica ``seer-lab e2e``). Errors are still logged; the ingress keeps its
 access log (one line per HTTP request)."""
 
 from __future__ import annotations

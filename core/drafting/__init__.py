@@ -5,8 +5,8 @@
 - ``group`` / ``store``: one group's index and the register / add / speculate / release
   lifecycle with incremental export/import (what the draft server and replicas run)
 - ``adaptive`` / ``acceptance``: draft-length policy and online acceptance estimate
-- ``ngram``, ``methods``, ``recorded``: baselines and the methods and recordings of the
-  ``replay`` benchmark (``bench.draft_replay``)
+- ``recorded``: recorded group rollouts (the format of ``data/rollouts``); the drafting
+  methods the replay benchmark compares live in the laboratory (``lab.bench.draft_methods``)
 """
 
 from core.drafting.acceptance import AcceptanceEstimator

@@ -14,7 +14,7 @@ Calibrations (never numbers beyond their sources):
   read as measured at the draft budget g_max = 8; a is solved from (1 - a^9) / (1 - a) = length.
 - ``paper``: the same with Table 2's 4-path figure at 15 references (2.85), charged 4 x g draft
   tokens (a tree vLLM 0.32 cannot verify; kept to measure what multi-path would be worth).
-- ``replay:FILE``: the same fit from the JSON of ``seer replay --json`` on recorded rollouts
+- ``replay:FILE``: the same fit from the JSON of ``seer-lab replay --json`` on recorded rollouts
   (its budget counts every token of a tree draft, so a fitted draft of g costs g tokens).
 """
 
@@ -104,7 +104,7 @@ def paper_model(multi_path: bool = False) -> AcceptanceModel:
 
 
 def replay_model(path: str | Path, group_size: int | None = None) -> AcceptanceModel:
-    """Fit from ``seer replay --json`` at draft budget 8 when measured, else the largest.
+    """Fit from ``seer-lab replay --json`` at draft budget 8 when measured, else the largest.
 
     With the ``references`` protocol (labels ``method@n=N``): the best grouped method's rows at
     n=0 and at the largest n. With ``lockstep``: ``suffix-self`` (no siblings) and the best
@@ -117,7 +117,7 @@ def replay_model(path: str | Path, group_size: int | None = None) -> AcceptanceM
         if not isinstance(methods, dict):
             raise TypeError("'methods' is not an object")
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{p}: not the JSON of `seer replay --json` ({exc})") from exc
+        raise ValueError(f"{p}: not the JSON of `seer-lab replay --json` ({exc})") from exc
 
     def budget(row: dict[str, dict[str, float]]) -> str:
         ks = sorted(int(k) for k in row)

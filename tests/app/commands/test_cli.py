@@ -1,4 +1,5 @@
-"""The ``seer`` console script: every command has --help; prepare-model reports errors."""
+"""The ``seer`` and ``seer-lab`` console scripts: every command has --help, a command moved to
+the lab says where it went; prepare-model reports errors."""
 
 from __future__ import annotations
 
@@ -13,67 +14,82 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.cli import cli
+from app.cli import MOVED_TO_LAB, cli
+from lab.cli import cli as lab_cli
 
-COMMANDS = [c.name for c in cli.registered_commands]
+CLIS = {"seer": cli, "seer-lab": lab_cli}
+COMMANDS = [(n, c.name) for n, app in CLIS.items() for c in app.registered_commands if not c.hidden]
 
 
 def test_expected_commands_registered() -> None:
-    assert {"prepare-model", "demo", "replay"} <= set(COMMANDS)
+    assert {("seer", "prepare-model"), ("seer", "demo"), ("seer-lab", "replay")} <= set(COMMANDS)
+    assert ("seer", "replay") not in COMMANDS  # moved to the laboratory
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_help_of_every_command(command: str) -> None:
-    result = CliRunner().invoke(cli, [command, "--help"])
+@pytest.mark.parametrize(("program", "command"), COMMANDS)
+def test_help_of_every_command(program: str, command: str) -> None:
+    result = CliRunner().invoke(CLIS[program], [command, "--help"])
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output
 
 
-def _command_paths() -> list[list[str]]:
-    """Every command line that has its own help: the root, each command, each sub-command."""
-    paths: list[list[str]] = []
+@pytest.mark.parametrize("command", MOVED_TO_LAB)
+def test_a_command_moved_to_the_lab_says_where_it_went(command: str) -> None:
+    result = CliRunner().invoke(cli, [command, "--json", "x"])
+    assert result.exit_code == 2
+    assert f"`seer {command}` moved to the laboratory: run `seer-lab {command}`" in result.output
+    assert command in [c.name for c in lab_cli.registered_commands]
 
-    def walk(path: list[str], command: Any) -> None:
-        paths.append(path)
+
+def _command_paths() -> list[tuple[str, list[str]]]:
+    """Every command line that has its own help: each program's root, each command, each
+    sub-command (hidden ones, the moved commands' pointers, have none)."""
+    paths: list[tuple[str, list[str]]] = []
+
+    def walk(program: str, path: list[str], command: Any) -> None:
+        paths.append((program, path))
         for name, sub in getattr(command, "commands", {}).items():
-            walk([*path, name], sub)
+            if not sub.hidden:
+                walk(program, [*path, name], sub)
 
-    walk([], typer.main.get_command(cli))
+    for program, app in CLIS.items():
+        walk(program, [], typer.main.get_command(app))
     return paths
 
 
-def _help(path: list[str], columns: int) -> str:
-    result = CliRunner().invoke(cli, [*path, "--help"], env={"COLUMNS": str(columns)})
+def _help(path: list[str], columns: int, program: str = "seer") -> str:
+    result = CliRunner().invoke(CLIS[program], [*path, "--help"], env={"COLUMNS": str(columns)})
     assert result.exit_code == 0, result.output
     return result.output
 
 
-@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "seer")
-def test_help_reads_well_at_80_columns(path: list[str]) -> None:
+@pytest.mark.parametrize(("program", "path"), _command_paths(), ids=lambda p: str(p))
+def test_help_reads_well_at_80_columns(program: str, path: list[str]) -> None:
     """No type tag on flags that take no value, no ``{arg}`` in the usage line, nothing cut
     off with an ellipsis, and help text wrapped to the terminal, not at the source's line
     breaks (at 1000 columns every paragraph of the command's help, and the first of each
     command a group lists, is one line)."""
-    text = _help(path, 80)
+    text = _help(path, 80, program)
     usage = next(line for line in text.splitlines() if "Usage:" in line)
     assert "<bool>" not in text and "{" not in usage and "\u2026" not in text, text
-    wide = _help(path, 1000)
-    command: Any = typer.main.get_command(cli)
+    wide = _help(path, 1000, program)
+    command: Any = typer.main.get_command(CLIS[program])
     for name in path:
         command = command.commands[name]
     paragraphs = inspect.cleandoc(command.help or "").split("\n\n")
     for sub in getattr(command, "commands", {}).values():  # a group lists its commands' first
-        paragraphs.append(inspect.cleandoc(sub.help or "").split("\n\n")[0])
+        if not sub.hidden:
+            paragraphs.append(inspect.cleandoc(sub.help or "").split("\n\n")[0])
     for paragraph in paragraphs:
         words = " ".join(paragraph.replace("`", "").split())
         assert any(words in line for line in wide.splitlines()), (words, wide)
 
 
 def test_replay_usage_and_the_methods_default_in_full() -> None:
-    from bench.draft_acceptance import DEFAULT_METHODS
+    from lab.bench.draft_acceptance import DEFAULT_METHODS
 
-    text = _help(["replay"], 80)
-    assert "Usage: seer replay [OPTIONS] FILE" in text
+    text = _help(["replay"], 80, "seer-lab")
+    assert "Usage: seer-lab replay [OPTIONS] FILE" in text
     flat = " ".join(text.replace("\u2502", " ").split())  # the panel's borders out
     assert f"[default: {', '.join(DEFAULT_METHODS)}]" in flat, flat
     assert "Usage: seer db upgrade [OPTIONS] [REVISION]" in _help(["db", "upgrade"], 80)
@@ -83,6 +99,9 @@ def test_console_script_installed() -> None:
     exe = shutil.which("seer") or str(Path(sys.executable).parent / "seer")
     out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "prepare-model" in out.stdout
+    lab = shutil.which("seer-lab") or str(Path(sys.executable).parent / "seer-lab")
+    out = subprocess.run([lab, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "sim-vs-real" in out.stdout
 
 
 def test_prepare_model_unknown_name_exits_2(tmp_path: Path) -> None:

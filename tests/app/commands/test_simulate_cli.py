@@ -160,7 +160,7 @@ def test_ranks_split_an_instance_into_data_parallel_engines() -> None:
 
 
 def test_the_committed_real_engine_point_is_reproduced_by_simulate() -> None:
-    """data/sim-vs-real: what `seer sim-vs-real` measured and wrote on 2026-12-05; its simulated
+    """data/sim-vs-real: what `seer-lab sim-vs-real` measured and wrote on 2026-12-05; its simulated
     column is `seer simulate` on the observed rollout with the fitted cost model."""
     from app.data import ROOT
 

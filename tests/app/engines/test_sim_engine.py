@@ -231,7 +231,7 @@ def test_wall_time_follows_the_cost_model() -> None:
     fast = run(lambda: wall(FAST.model_copy(update={"time_scale": ts})))
     slow = run(lambda: wall(FAST.model_copy(update={"time_scale": 3 * ts})))
     # never faster than its cost model (a load-free bound: a loaded machine only adds time);
-    # how close it lands is a speed figure (seer e2e reports it). The upper bounds: a hang.
+    # how close it lands is a speed figure (seer-lab e2e reports it). The upper bounds: a hang.
     assert 0.95 * ts * predicted <= fast < 60
     assert 0.95 * 3 * ts * predicted <= slow < 60
 

@@ -1,9 +1,9 @@
-"""``python -m app.bench.store_writer`` building blocks on a small SQLite run."""
+"""``python -m lab.bench.store_writer`` building blocks on a small SQLite run."""
 
 from __future__ import annotations
 
-from app.bench.store_writer import outage, sqlite_lock, throughput, workload
 from core.events import ChunkDone, GroupFinished, RequestFinished
+from lab.bench.store_writer import outage, sqlite_lock, throughput, workload
 
 
 def test_workload_mix() -> None:

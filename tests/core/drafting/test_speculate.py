@@ -4,12 +4,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.draft_replay import replay_lockstep
 from core.drafting.automaton import ROOT, SuffixAutomaton
 from core.drafting.group import GroupIndex
 from core.drafting.recorded import RecordedGroup
 from core.drafting.speculate import SpeculationParams, match_state, speculate
 from core.drafting.store import DraftStore
+from lab.bench.draft_replay import replay_lockstep
 
 
 def _sam(*texts: list[int]) -> tuple[SuffixAutomaton, list[int]]:

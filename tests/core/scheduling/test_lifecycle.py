@@ -175,7 +175,7 @@ def test_verl_moves_a_group_whose_replica_left_and_rotates_across_rollouts() -> 
 
 
 def test_long_run_bench_reports_both_ends_with_bounded_slots() -> None:
-    from bench.scheduler_dispatch import bench_long_run
+    from lab.bench.scheduler_dispatch import bench_long_run
 
     b = bench_long_run("divided", rollouts=24, window=8, replicas=2)
     assert b.start_per_s > 0 and b.end_per_s > 0 and b.speed_ratio > 0

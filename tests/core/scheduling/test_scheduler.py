@@ -302,7 +302,7 @@ def test_oracle_group_orders_by_longest_true_sibling() -> None:
 
 
 def test_dispatch_bench_keeps_the_backlog() -> None:
-    from bench.scheduler_dispatch import bench_dispatch
+    from lab.bench.scheduler_dispatch import bench_dispatch
 
     b = bench_dispatch("context", queued=2_000, decisions=2_000)
     assert b.decisions >= 2_000 and b.queued_min >= 1_900 and b.per_second > 0

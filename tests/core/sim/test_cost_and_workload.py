@@ -204,7 +204,7 @@ def test_replay_acceptance_fit(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="needs rows"):
         replay_model(path)
     path.write_text("[")
-    with pytest.raises(ValueError, match="not the JSON of `seer replay --json`"):
+    with pytest.raises(ValueError, match="not the JSON of `seer-lab replay --json`"):
         get_acceptance(f"replay:{path}")
 
 

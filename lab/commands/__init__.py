@@ -1,0 +1,1 @@
+"""The ``seer-lab`` sub-commands, one module per command (``register(cli)`` adds it)."""
