@@ -19,11 +19,12 @@ speculation). Four checks:
 (d) the spec engine accepted draft tokens at all (otherwise nothing was tested).
 
 The verdict is PASS when (a) holds, every p-value of (b) is at least ``alpha / tests``
-(Bonferroni), (c) is within ``logprob_tol`` and (d) holds. A rule from
-``app.engines.vllm.broken_acceptance.BROKEN_RULES`` (test-only) breaks the spec engine's
-verification on purpose, switched live between runs, so one pair of engines serves vLLM's own
-rule and every broken one (``collect``): a broken rule's verdict must be FAIL; every rule but
-``accept-all`` keeps greedy identical, so its FAIL must come from (b).
+(Bonferroni), (c) is within ``logprob_tol`` and (d) holds. The service's check runs vLLM's own
+verification. A ``Verification`` (the laboratory's deliberately broken rules,
+``lab.engines.broken_verification``) switches the spec engine's verification between runs, so
+one pair of engines serves vLLM's own rule and every broken one (``collect``): a broken rule's
+verdict must be FAIL; every rule but ``accept-all`` keeps greedy identical, so its FAIL must come
+from (b).
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.engines.chunked import ResponseRun, generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
-from app.engines.vllm.broken_acceptance import check_rule
 from app.engines.vllm.engine import VllmEngine
+from app.engines.vllm.grouped_proposer import WORKER_EXTENSION
 from app.prompts import DEMO_PROMPTS
 from core.drafting.step_drafter import DraftSettings
 from core.engine import SamplingParams
@@ -83,6 +84,18 @@ class ExactnessParams:
         for ok, what in checks:
             if not ok:
                 raise ValueError(f"exactness: need {what}; got {self}")
+
+
+class Verification(Protocol):
+    """How the spec engine verifies drafts under rule names other than None (vLLM's own): the
+    worker extension it is built with, a check of a rule's name (ValueError naming it), and the
+    switch to a rule before its run."""
+
+    worker_extension: str
+
+    def check(self, rule: str | None) -> None: ...
+
+    async def use(self, engine: VllmEngine, rule: str | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,16 +280,21 @@ async def collect(
     rules: tuple[str | None, ...] = (None,),
     say: Callable[[str], None] = lambda _: None,
     score: bool = True,
+    verification: Verification | None = None,
 ) -> Collected:
     """Run the work on the spec engine once per rule (``None``: vLLM's own verification; the
-    others from ``BROKEN_RULES``, switched live between runs), then once on the plain engine,
+    others are ``verification``'s, switched live between runs), then once on the plain engine,
     which also scores every token generated under vLLM's own rule (``score``). Rule i's samples
     are seeded apart from every other rule's and from the plain engine's."""
-    for rule in rules:
-        check_rule(rule)
     if not rules:
         raise ValueError("exactness: need at least one rule")
-    spec = VllmEngine(_engine_config(p, "grouped"), "exactness-spec")
+    for rule in rules:
+        if verification is not None:
+            verification.check(rule)
+        elif rule is not None:
+            raise ValueError(f"exactness: rule {rule!r} needs a Verification that provides it")
+    extension = WORKER_EXTENSION if verification is None else verification.worker_extension
+    spec = VllmEngine(_engine_config(p, "grouped"), "exactness-spec", extension)
     say(f"starting the speculating engine ({p.model}, grouped, K={p.num_speculative_tokens}) ...")
     await spec.start()
     prompts = [spec.encode(text, True) for text in DEMO_PROMPTS[: p.prompts]]
@@ -288,7 +306,8 @@ async def collect(
                 f"greedy + {len(SAMPLED_SETTINGS)} x {p.samples} sampled responses of "
                 f"{p.max_tokens} tokens ..."
             )
-            await spec.break_verification(rule)
+            if verification is not None:
+                await verification.use(spec, rule)
             runs.append(await _run(spec, p, prompts, seeds=_RULE_SEEDS * i))
     finally:
         await spec.shutdown()
@@ -370,9 +389,10 @@ async def run_exactness(
     p: ExactnessParams,
     rules: tuple[str | None, ...] = (None,),
     say: Callable[[str], None] = lambda _: None,
+    verification: Verification | None = None,
 ) -> list[ExactnessReport]:
     """One report per rule (see ``collect``); ``seconds`` is the whole run's."""
     t0 = time.perf_counter()
-    c = await collect(p, rules, say)
+    c = await collect(p, rules, say, verification=verification)
     seconds = time.perf_counter() - t0
     return [judge(p, c, i, seconds) for i in range(len(rules))]

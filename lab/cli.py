@@ -7,7 +7,7 @@ The product's ``seer`` keeps what a user of the service runs; a command that mov
 from __future__ import annotations
 
 from app.commands.help import SeerTyper
-from lab.commands import compare, e2e, replay, sim_vs_real
+from lab.commands import compare, e2e, exactness, replay, sim_vs_real
 
 HELP = """The laboratory of the Seer rollout service: benchmarks that measure the service and
 its simulator, and the proofs that break it on purpose. `seer-lab COMMAND --help` documents
@@ -30,6 +30,7 @@ replay.register(cli)
 e2e.register(cli)
 compare.register(cli)
 sim_vs_real.register(cli)
+exactness.register(cli)
 
 
 def main() -> None:

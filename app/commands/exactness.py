@@ -1,4 +1,9 @@
-"""``seer exactness``: check that grouped speculation in vLLM keeps rollouts on-policy."""
+"""``seer exactness``: check that grouped speculation in vLLM keeps rollouts on-policy.
+
+The service's check runs vLLM's own verification. The proof that it notices a wrong one
+(``--every-rule``, ``--broken-rule``) is the laboratory's: ``seer-lab exactness``, which takes
+the same options (``ExactnessOptions``) and these flags besides.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +11,36 @@ import asyncio
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.engines.vllm.broken_acceptance import BROKEN_RULES, PROOF_RULES, check_rule
 from app.prompts import DEMO_PROMPTS
 
 if TYPE_CHECKING:
-    from app.exactness import ExactnessReport
+    from app.exactness import ExactnessParams, ExactnessReport
 
-# help texts: typer evaluates the (stringified) annotations, where f-strings cannot stand
-_BROKEN_HELP = (
-    "TEST ONLY: verify drafts by a deliberately wrong rule; the verdict must then be FAIL: "
-    + " | ".join(BROKEN_RULES)
-)
-_EVERY_HELP = (
-    f"run vLLM's own rule and then each broken rule of the proof ({', '.join(PROOF_RULES)}) "
-    "on one pair of engines; exit 0 iff the own rule PASSes and every broken one FAILs "
-    '(--json: {"proof": PASS|FAIL, "reports": [...]})'
-)
 _DEFAULTS = {"prompts": 4, "group_size": 4, "samples": 160, "max_tokens": 24}
+_MOVED = "moved to the laboratory: run `seer-lab exactness {flag}`"
+
+# The options of the check, shared with ``seer-lab exactness`` (one definition of each).
+Model = Annotated[str, typer.Option(help="prepared model name or model folder")]
+Prompts = Annotated[
+    int, typer.Option(min=1, max=len(DEMO_PROMPTS), help="prompts of the greedy check")
+]
+GroupSize = Annotated[
+    int, typer.Option(min=2, max=64, help="greedy responses per prompt (siblings draft)")
+]
+Samples = Annotated[
+    int, typer.Option(min=16, max=4096, help="sampled responses per engine and sampling setting")
+]
+MaxTokens = Annotated[int, typer.Option(min=8, max=1024, help="tokens per response")]
+Seed = Annotated[int, typer.Option(min=0, help="seed of the sampled responses")]
+AsJson = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 
 
-def _print_report(report: ExactnessReport) -> None:
+def print_report(report: ExactnessReport) -> None:
     rule = report.broken_rule or "vLLM's own"
     typer.echo(f"verification: {rule}")
     typer.echo(f"greedy: {report.greedy_pairs} responses, identical: {report.greedy_identical}")
@@ -45,55 +56,47 @@ def _print_report(report: ExactnessReport) -> None:
     typer.echo(f"{report.verdict} ({report.seconds:.0f} s)")
 
 
-def proof_holds(reports: list[ExactnessReport]) -> bool:
-    """vLLM's own rule PASSes and every broken rule FAILs; a rule that keeps greedy exact
-    (all but ``accept-all``) must FAIL on the sampled check with greedy identical."""
-    for r in reports:
-        if r.broken_rule is None:
-            ok = r.verdict == "PASS"
-        elif r.broken_rule == "accept-all":
-            ok = r.verdict == "FAIL"
-        else:
-            ok = r.verdict == "FAIL" and r.sampled_verdict == "FAIL" and r.greedy_identical
-        if not ok:
-            return False
-    return True
+def params_or_exit(**fields: object) -> ExactnessParams:
+    """``ExactnessParams(**fields)``, or exit 2 saying which bound a value breaks."""
+    # vLLM logs to stdout by default: keep stdout for the report (--json is parsed by tools)
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    from app.exactness import ExactnessParams
+
+    try:
+        return ExactnessParams(**fields)  # type: ignore[arg-type]
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def say(msg: str) -> None:
+    """Progress on stderr (stdout is the report)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _moved(flag: str) -> Callable[[bool | str | None], None]:
+    def refuse(value: bool | str | None) -> None:
+        if value:
+            typer.echo(f"error: {flag} " + _MOVED.format(flag=flag), err=True)
+            raise typer.Exit(2)
+
+    return refuse
 
 
 def exactness(
-    model: Annotated[
-        str, typer.Option(help="prepared model name or model folder")
-    ] = "smollm2-135m-instruct",
-    prompts: Annotated[
-        int,
-        typer.Option(min=1, max=len(DEMO_PROMPTS), help="prompts of the greedy check"),
-    ] = _DEFAULTS["prompts"],
-    group_size: Annotated[
-        int, typer.Option(min=2, max=64, help="greedy responses per prompt (siblings draft)")
-    ] = _DEFAULTS["group_size"],
-    samples: Annotated[
-        int,
-        typer.Option(min=16, max=4096, help="sampled responses per engine and sampling setting"),
-    ] = _DEFAULTS["samples"],
-    max_tokens: Annotated[
-        int, typer.Option(min=8, max=1024, help="tokens per response")
-    ] = _DEFAULTS["max_tokens"],
-    seed: Annotated[int, typer.Option(min=0, help="seed of the sampled responses")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-    broken_rule: Annotated[
-        str | None,
-        typer.Option(
-            "--broken-rule",
-            help=_BROKEN_HELP,
-        ),
-    ] = None,
+    model: Model = "smollm2-135m-instruct",
+    prompts: Prompts = _DEFAULTS["prompts"],
+    group_size: GroupSize = _DEFAULTS["group_size"],
+    samples: Samples = _DEFAULTS["samples"],
+    max_tokens: MaxTokens = _DEFAULTS["max_tokens"],
+    seed: Seed = 0,
+    as_json: AsJson = False,
     every_rule: Annotated[
-        bool,
-        typer.Option(
-            "--every-rule",
-            help=_EVERY_HELP,
-        ),
+        bool, typer.Option("--every-rule", hidden=True, callback=_moved("--every-rule"))
     ] = False,
+    broken_rule: Annotated[
+        str | None, typer.Option("--broken-rule", hidden=True, callback=_moved("--broken-rule"))
+    ] = None,
 ) -> None:
     """Run the same rollouts with grouped speculation on and off and compare them.
 
@@ -103,57 +106,27 @@ def exactness(
     the returned logprobs equal to the target model's. Prints PASS or FAIL (exit status 1 on
     FAIL). Runs two vLLM engines one after the other: minutes on CPU.
     """
-    # vLLM logs to stdout by default: keep stdout for the report (--json is parsed by tools)
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from app.exactness import ExactnessParams, run_exactness
+    del every_rule, broken_rule  # refused by their callbacks
+    params = params_or_exit(
+        model=model,
+        prompts=prompts,
+        group_size=group_size,
+        samples=samples,
+        max_tokens=max_tokens,
+        seed=seed,
+    )
+    from app.exactness import run_exactness
 
-    if broken_rule is not None and every_rule:
-        typer.echo("error: --broken-rule and --every-rule exclude each other", err=True)
-        raise typer.Exit(2)
-    try:
-        check_rule(broken_rule)
-    except ValueError as exc:
-        typer.echo(f"error: --broken-rule: {exc}", err=True)
-        raise typer.Exit(2) from None
-    try:
-        params = ExactnessParams(
-            model=model,
-            prompts=prompts,
-            group_size=group_size,
-            samples=samples,
-            max_tokens=max_tokens,
-            seed=seed,
-        )
-    except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    [report] = asyncio.run(run_exactness(params, (None,), say))
+    answer(report, as_json)
 
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
 
-    rules: tuple[str | None, ...] = (None, *PROOF_RULES) if every_rule else (broken_rule,)
-    reports = asyncio.run(run_exactness(params, rules, say))
-    if every_rule:
-        holds = proof_holds(reports)
-        if as_json:
-            out: dict[str, Any] = {
-                "proof": "PASS" if holds else "FAIL",
-                "reports": [r.to_json() for r in reports],
-            }
-            typer.echo(json.dumps(out, indent=2))
-        else:
-            for r in reports:
-                _print_report(r)
-                typer.echo("")
-            typer.echo(f"proof: {'PASS' if holds else 'FAIL'}")
-        if not holds:
-            raise typer.Exit(1)
-        return
-    report = reports[0]
+def answer(report: ExactnessReport, as_json: bool) -> None:
+    """Print ``report`` (one JSON object with ``as_json``); exit 1 unless it PASSed."""
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        _print_report(report)
+        print_report(report)
     if report.verdict != "PASS":
         raise typer.Exit(1)
 

@@ -26,8 +26,8 @@ import time
 from typing import Any
 
 from app.engines.chunked import ResponseRun
-from app.engines.vllm.broken_acceptance import BROKEN_RULES, check_rule
 from app.exactness import ExactnessParams, collect, rejected, sampled_tests
+from lab.engines.broken_verification import BROKEN_RULES, BrokenVerification, check_rule
 
 #: seeds of run r start at r * this (each run's samples span < 2**22 seeds, see ``_run``)
 _REP_SEEDS = 1 << 22
@@ -42,7 +42,9 @@ def _pools(
     for rep in range(reps):
         say(f"run {rep + 1} of {reps} ...")
         rep_params = dataclasses.replace(p, seed=p.seed + rep * _REP_SEEDS)
-        c = asyncio.run(collect(rep_params, rules, say, score=False))
+        c = asyncio.run(
+            collect(rep_params, rules, say, score=False, verification=BrokenVerification())
+        )
         for i, run in enumerate(c.spec):
             if not spec[i]:
                 spec[i] = [[] for _ in run.sampled]

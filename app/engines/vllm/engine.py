@@ -49,9 +49,13 @@ def uses_ray_workers(config: EngineConfig) -> bool:
     return config.executor == "ray" and config.tensor_parallel_size > 1
 
 
-def engine_kwargs(config: EngineConfig, model_path: Path, cpu: bool) -> dict[str, Any]:
+def engine_kwargs(
+    config: EngineConfig, model_path: Path, cpu: bool, worker_extension: str = WORKER_EXTENSION
+) -> dict[str, Any]:
     """The ``AsyncEngineArgs`` of one replica's engine (pure: the service's placement tests
-    check what a GPU engine would be built with, on machines without one)."""
+    check what a GPU engine would be built with, on machines without one). ``worker_extension``:
+    the import path of the class vLLM mixes into its workers (``SeerWorkerExtension`` or a
+    subclass of it)."""
     kwargs: dict[str, Any] = dict(
         model=str(model_path),
         tokenizer=str(model_path),
@@ -63,7 +67,7 @@ def engine_kwargs(config: EngineConfig, model_path: Path, cpu: bool) -> dict[str
         scheduling_policy="priority",
         seed=config.seed,
         disable_log_stats=False,
-        worker_extension_cls=WORKER_EXTENSION,
+        worker_extension_cls=worker_extension,
         tensor_parallel_size=config.tensor_parallel_size,
         logprobs_mode=f"{config.logprobs_mode}_logprobs",
     )
@@ -138,9 +142,17 @@ class _LoadRecorder:
 
 
 class VllmEngine:
-    def __init__(self, config: EngineConfig, replica_id: str = "replica-0") -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        replica_id: str = "replica-0",
+        worker_extension: str = WORKER_EXTENSION,
+    ) -> None:
+        """``worker_extension``: the import path of the worker extension (``engine_kwargs``); a
+        tool that adds worker methods of its own passes a subclass of ``SeerWorkerExtension``."""
         self.config = config
         self.replica_id = replica_id
+        self.worker_extension = worker_extension
         self._engine: Any = None
         self._tokenizer: Tokenizer | None = None
         self._stats: dict[str, Any] = {
@@ -175,7 +187,8 @@ class VllmEngine:
         self._tokenizer = await asyncio.to_thread(Tokenizer, model_path)
         self._engine = engine
         if self.config.speculation.method != "none":
-            await self._rpc("seer_fix_cpu_sampler")  # sampled verification on CPU (see module)
+            # sampled verification on CPU (see cpu_fixes)
+            await self.collective_rpc("seer_fix_cpu_sampler")
         if self.grouped:
             bound = await engine.collective_rpc("seer_bind")
             if not all(bound):
@@ -193,7 +206,7 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(**engine_kwargs(self.config, model_path, cpu))
+        args = AsyncEngineArgs(**engine_kwargs(self.config, model_path, cpu, self.worker_extension))
         stat_loggers: list[Any] = [_LoadRecorder(self._stats)]
         if not ray_workers:
             return AsyncLLM.from_engine_args(args, stat_loggers=stat_loggers), model_path
@@ -241,22 +254,14 @@ class VllmEngine:
         """The replica runs the grouped drafter."""
         return self.config.speculation.method == "grouped"
 
-    async def _rpc(self, method: str, *args: Any) -> list[Any]:
-        """One bounded call into every worker of the engine (served between steps)."""
+    async def collective_rpc(self, method: str, *args: Any) -> list[Any]:
+        """One bounded call of ``method`` of the worker extension in every worker of the engine
+        (served between steps); the answers, one per worker."""
         return list(
             await asyncio.wait_for(
                 self._require().collective_rpc(method, args=args), _RPC_TIMEOUT_S
             )
         )
-
-    async def break_verification(self, rule: str | None) -> None:
-        """TEST ONLY: switch draft verification to a broken ``rule`` (None: vLLM's own) from the
-        next engine step on (see ``broken_acceptance``); never called by the service."""
-        from app.engines.vllm.broken_acceptance import check_rule
-
-        if not self.grouped:
-            raise ValueError(f"{self.replica_id}: broken_rule needs speculation method grouped")
-        await self._rpc("seer_break", check_rule(rule))
 
     async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
         """Apply grouped-drafting settings live; returns what the engine now runs."""
@@ -265,7 +270,7 @@ class VllmEngine:
                 f"{self.replica_id}: speculation method is {self.config.speculation.method!r}; "
                 "only grouped takes live settings"
             )
-        applied = await self._rpc("seer_configure", asdict(settings))
+        applied = await self.collective_rpc("seer_configure", asdict(settings))
         return DraftSettings(**applied[0])
 
     async def speculation_stats(self) -> dict[str, Any]:
@@ -273,13 +278,13 @@ class VllmEngine:
         learned step cost); empty for other methods."""
         if not self.grouped:
             return {}
-        return dict((await self._rpc("seer_snapshot"))[0])
+        return dict((await self.collective_rpc("seer_snapshot"))[0])
 
     async def release_groups(self, group_ids: list[str]) -> int:
         """Drop finished groups' draft indexes (they are also dropped when idle)."""
         if not self.grouped or not group_ids:
             return 0
-        return int(sum(await self._rpc("seer_release_groups", list(group_ids))))
+        return int(sum(await self.collective_rpc("seer_release_groups", list(group_ids))))
 
     async def draft_sync(self, reply: SyncReply | None) -> SyncBatch | None:
         """One exchange step of the grouped drafter with the draft server (between steps,
@@ -288,7 +293,7 @@ class VllmEngine:
         if not self.grouped or self._engine is None:
             return None
         wire = None if reply is None else reply.model_dump()
-        out = (await self._rpc("seer_draft_sync", self.replica_id, wire))[0]
+        out = (await self.collective_rpc("seer_draft_sync", self.replica_id, wire))[0]
         return None if out is None else SyncBatch.model_validate(out)
 
     async def update_weights(self, path: str, version: int, digest: str | None = None) -> str:
@@ -435,7 +440,7 @@ class VllmEngine:
         drafted = accepted = 0
         if drafting:
             try:
-                counts = await self._rpc("seer_take_counts", [engine_id])
+                counts = await self.collective_rpc("seer_take_counts", [engine_id])
             except Exception as exc:  # noqa: BLE001 - counts are stats; the tokens are what count
                 log.warning("%s: draft counts of %s lost: %r", self.replica_id, engine_id, exc)
             else:
@@ -492,7 +497,7 @@ class VllmEngine:
         """Under ``executor: ray`` the GPUs of vLLM's Ray workers, rank order; else []."""
         if not uses_ray_workers(self.config):
             return []
-        return [g for worker in await self._rpc("seer_gpu_ids") for g in worker]
+        return [g for worker in await self.collective_rpc("seer_gpu_ids") for g in worker]
 
     async def shutdown(self) -> None:
         if self._engine is not None:

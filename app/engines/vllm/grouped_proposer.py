@@ -139,16 +139,6 @@ class SeerWorkerExtension:
         d.bind(runner)
         return True
 
-    def seer_break(self, rule: str | None) -> str | None:
-        """TEST ONLY: verify drafts by a deliberately wrong ``rule`` (None: vLLM's own), so that
-        ``seer exactness`` can show it detects an engine that is not on-policy (see
-        ``broken_acceptance``)."""
-        from app.engines.vllm.broken_acceptance import set_rule
-
-        d = getattr(self.model_runner, "drafter", None)
-        k = d.k if isinstance(d, GroupedProposer) else 1
-        return set_rule(self.model_runner, rule, k)
-
     def seer_gpu_ids(self) -> list[str]:
         """The GPUs Ray gave this worker (a Ray actor under executor ray); [] outside Ray."""
         import ray

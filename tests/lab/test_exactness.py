@@ -1,4 +1,4 @@
-"""``seer exactness`` on SmolLM2 (the real model, whose continuations of the sampled prompt have
+"""``seer-lab exactness`` on SmolLM2 (the real model, whose continuations of the sampled prompt have
 high entropy): vLLM's own verification PASSes, and every deliberately broken rule FAILs; the
 ones that keep greedy output exact FAIL on the sampled check alone. One ``--every-rule`` run
 (one pair of engines, every rule switched live on the speculating one) at the default sample
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from app.engines.vllm.broken_acceptance import BROKEN_RULES, PROOF_RULES
+from lab.engines.broken_verification import BROKEN_RULES, PROOF_RULES
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ KEYS = {"verdict", "greedy_identical", "sampled_check", "broken_rule", "logprob_
 
 def _seer_exactness(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from app.cli import main; main()", "exactness", *args],
+        [sys.executable, "-c", "from lab.cli import main; main()", "exactness", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -89,7 +89,7 @@ def test_a_broken_rule_fails(proof: tuple[int, dict[str, Any]], rule: str) -> No
 
 def test_a_broken_rule_is_named_or_refused() -> None:
     assert set(PROOF_RULES) <= set(BROKEN_RULES)
-    cmd = [sys.executable, "-c", "from app.cli import main; main()", "exactness"]
+    cmd = [sys.executable, "-c", "from lab.cli import main; main()", "exactness"]
     for bad in (
         ["--broken-rule", "accept-most"],
         ["--broken-rule", "greedy-accept", "--every-rule"],

