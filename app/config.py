@@ -81,7 +81,7 @@ class ServiceLimits(BaseModel):
 
 
 class DraftServerConfig(BaseModel):
-    """The draft server (DGDS, ``app.serve.draft_server``): group texts shared by the engine
+    """The draft server (DGDS, ``app.serve.replica.draft_server``): group texts shared by the engine
     replicas' grouped drafters (``core.drafting.shared``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -126,9 +126,9 @@ class ServiceConfig(BaseModel):
         0.0,
         ge=0,
         le=64,
-        description="GPUs reserved for each engine replica (app.serve.placement): 0 = none, CPU "
-        "engines (the default); (0, 1] at engine.tensor_parallel_size 1 (a fraction shares one "
-        "GPU between replicas); exactly engine.tensor_parallel_size above 1",
+        description="GPUs reserved for each engine replica (app.serve.replica.placement): 0 = "
+        "none, CPU engines (the default); (0, 1] at engine.tensor_parallel_size 1 (a fraction "
+        "shares one GPU between replicas); exactly engine.tensor_parallel_size above 1",
     )
     placement_strategy: Literal["STRICT_PACK", "PACK"] = Field(
         "STRICT_PACK",

@@ -105,7 +105,7 @@ class JobPlan:
     runs: dict[str, RequestRun]
     max_tokens: int
     iteration: int | None = None  # the trainer's RL iteration, when given
-    # sha256 of the token its submitter may cancel it with (``app.serve.operator``); None: only
+    # sha256 of the token its submitter may cancel it with (``app.serve.ingress.auth``); None: only
     # the operator (and the service itself, for a caller that went away) may
     cancel_digest: str | None = None
     _by_id: dict[str, GroupRun] = field(default_factory=dict, repr=False)

@@ -5,7 +5,7 @@ NaN/Infinity are rejected with 422 naming the field (never coerced, never a 500)
 
 Bounds that depend on the deployment's model (its vocabulary, its context, its logprobs) are
 marked in the static schema with ``DEPLOYMENT_BOUND``; a deployment serves its schema with the
-numbers written there (``app.serve.deployment_schema``).
+numbers written there (``app.serve.ingress.schema``).
 """
 
 from __future__ import annotations

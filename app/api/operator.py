@@ -1,7 +1,7 @@
 """The service's state and its operator controls: ``GET /healthz`` (replicas, load, the history
 store's writer), ``GET``/``PUT /v1/speculation`` (live drafting settings) and ``GET``/``POST
 /v1/weights`` (the policy weights). Changes need the operator bearer token
-(``app.serve.operator``).
+(``app.serve.ingress.auth``).
 
 Weights, one update at a time (the invariant the dispatcher keeps): a chunk runs only on a
 replica whose loaded weights are the service's current version, and a response's tokens all
@@ -69,7 +69,7 @@ class ServiceHealth(BaseModel):
     logprobs_mode: LogprobsMode  # which logprobs every response carries (engine.logprobs_mode)
     accepting: bool
     open_jobs: int
-    scheduler_node_id: str  # the Ray node the scheduler runs on (app.serve.placement)
+    scheduler_node_id: str  # the Ray node the scheduler runs on (app.serve.replica.placement)
     replicas: list[ReplicaHealth]
     store: WriterStats | None = None  # the history store's writer (None: recording is off)
 

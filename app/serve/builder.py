@@ -9,11 +9,11 @@ from pydantic import BaseModel
 from ray.serve import Application
 
 from app.config import AppConfig
-from app.serve.draft_server import DraftServer
-from app.serve.engine_replica import EngineReplica
-from app.serve.ingress import Ingress
-from app.serve.placement import control_options, engine_options
-from app.serve.scheduler import SeerScheduler
+from app.serve.ingress.deployment import Ingress
+from app.serve.replica.draft_server import DraftServer
+from app.serve.replica.engine_replica import EngineReplica
+from app.serve.replica.placement import control_options, engine_options
+from app.serve.scheduler.deployment import SeerScheduler
 
 
 def replica_ids(config: AppConfig) -> list[str]:

@@ -19,7 +19,8 @@ Invariants:
   must), groups idle for ``group_ttl_s`` expire, and past ``max_tokens`` the least recently
   pushed groups go first.
 
-Pure and synchronous: the Serve deployment (``app.serve.draft_server``) and the engines wrap it.
+Pure and synchronous: the Serve deployment (``app.serve.replica.draft_server``) and the engines wrap
+it.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from app.api import (
     SpeculationState,
     SpeculationUpdate,
 )
-from app.serve.operator import authorize, settings_patch
+from app.serve.ingress.auth import authorize, settings_patch
 from core.drafting.step_drafter import DraftSettings
 from lab.bench.dashboard_refresh import fill
 from lab.bench.synthetic_history import Shape

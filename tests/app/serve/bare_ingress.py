@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.serve.ingress import Ingress
+from app.serve.ingress.deployment import Ingress
 
 
 def bare_ingress() -> Any:

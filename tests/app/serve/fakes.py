@@ -16,8 +16,8 @@ from app.config import ServiceConfig
 from app.engines.config import EngineConfig
 from app.engines.fake import FakeEngine
 from app.rollout import JobPlan, expand
-from app.serve.dispatcher import Dispatcher
-from app.serve.replica_pool import ReplicaUnavailable
+from app.serve.scheduler.dispatcher import Dispatcher
+from app.serve.scheduler.replica_pool import ReplicaUnavailable
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 from core.events import EventSink

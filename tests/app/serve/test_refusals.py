@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from fastapi import HTTPException
 
-from app.serve.jobs import JobError, Refusal
-from app.serve.scheduler import refusing
-from app.serve.scheduler_handle import SchedulerHandle
+from app.serve.ingress.scheduler_handle import SchedulerHandle
+from app.serve.scheduler.deployment import refusing
+from app.serve.scheduler.jobs import JobError, Refusal
 from tests.app.serve.bare_ingress import bare_ingress
 
 

@@ -76,8 +76,8 @@ def test_the_app_serves_its_deployment_schema(fuzzed: dict[str, Any]) -> None:
     """The schema fuzzed is this checkout's, with the deployment's bounds: the replicas import
     the code the driver imports, not another installed copy."""
     from app.engines.fake import VOCAB
-    from app.serve.deployment_schema import deployment_schema
-    from app.serve.ingress import api
+    from app.serve.ingress.deployment import api
+    from app.serve.ingress.schema import deployment_schema
 
     engine = fuzzed["args"]["engine"]
     want = deployment_schema(

@@ -12,7 +12,7 @@ from app.config import SERVICE_POLICIES, ServiceConfig
 from app.engines.config import EngineConfig
 from app.engines.fake import FakeEngine
 from app.rollout import JobPlan, expand
-from app.serve.dispatcher import Dispatcher
+from app.serve.scheduler.dispatcher import Dispatcher
 from app.store.config import StoreConfig
 from app.store.reader import StoreReader
 from app.store.service import ServiceStore

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
-from app.serve.body_limits import BodyLimits
+from app.serve.ingress.body_limits import BodyLimits
 
 TIMEOUT_S = 0.2
 

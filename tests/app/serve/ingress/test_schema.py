@@ -1,4 +1,4 @@
-"""The bounds a deployment publishes in its /openapi.json (``app.serve.deployment_schema``) are
+"""The bounds a deployment publishes in its /openapi.json (``app.serve.ingress.schema``) are
 the ones its ingress enforces: at each published edge the handler accepts, one past it the
 handler answers 422 naming the field. No Serve: the ingress's checks run on a bare instance."""
 
@@ -15,8 +15,8 @@ from app.api import DEPLOYMENT_BOUND, CompletionRequest, GenerateRequest, Rollou
 from app.config import ServiceConfig
 from app.engines.config import EngineConfig
 from app.engines.registry import make_codec
-from app.serve.deployment_schema import deployment_schema
-from app.serve.ingress import Ingress, api
+from app.serve.ingress.deployment import Ingress, api
+from app.serve.ingress.schema import deployment_schema
 
 MAX_LEN = 64
 CONFIG = ServiceConfig(engine=EngineConfig(backend="fake", max_model_len=MAX_LEN))

@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 from app.api import ReplicaState, WeightsState, WeightsUpdate
 from app.config import ServiceConfig
-from app.serve.jobs import JobError
-from app.serve.replica_pool import EngineLinks, ReplicaPool
-from app.serve.speculation import SpeculationControl
+from app.serve.scheduler.jobs import JobError
+from app.serve.scheduler.replica_pool import EngineLinks, ReplicaPool
+from app.serve.scheduler.speculation import SpeculationControl
 
 log = logging.getLogger("seer.dispatcher")
 

@@ -18,8 +18,8 @@ from app.config import SERVICE_POLICIES, ServiceConfig, ServiceLimits
 from app.engines.config import EngineConfig
 from app.engines.fake import FakeEngine
 from app.rollout import JobPlan
-from app.serve.dispatcher import Dispatcher
-from app.serve.jobs import JobError
+from app.serve.scheduler.dispatcher import Dispatcher
+from app.serve.scheduler.jobs import JobError
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 from core.events import CollectingSink, SpeculationConfigChanged

@@ -58,12 +58,8 @@ from app.engines.base import TextCodec
 from app.engines.registry import make_codec
 from app.rollout import expand, rollout_stats, with_text
 from app.serve import logs
-from app.serve.body_limits import BodyLimits
-from app.serve.deployment_schema import deployment_schema
 from app.serve.detached import Background
-from app.serve.jobs import JobError
-from app.serve.metrics import CONTENT_TYPE
-from app.serve.operator import (
+from app.serve.ingress.auth import (
     authorize,
     bearer,
     configured_token,
@@ -72,9 +68,13 @@ from app.serve.operator import (
     settings_patch,
     token_digest,
 )
-from app.serve.scheduler import JobOutcome
-from app.serve.scheduler_handle import SchedulerHandle
-from app.serve.strict_json import StrictJSONRoute
+from app.serve.ingress.body_limits import BodyLimits
+from app.serve.ingress.scheduler_handle import SchedulerHandle
+from app.serve.ingress.schema import deployment_schema
+from app.serve.ingress.strict_json import StrictJSONRoute
+from app.serve.scheduler.deployment import JobOutcome
+from app.serve.scheduler.jobs import JobError
+from app.serve.scheduler.metrics import CONTENT_TYPE
 
 log = logging.getLogger("seer.ingress")
 T = TypeVar("T")
@@ -130,7 +130,8 @@ def _errors(*codes: int, model: type[BaseModel] = ErrorBody) -> dict[int | str, 
     return {c: {"model": model, "description": _ERROR_TEXT[c]} for c in codes}
 
 
-_BODY_ERRORS = (400, 408, 413)  # any route with a body (app.serve.body_limits; 400: not JSON)
+# any route with a body (app.serve.ingress.body_limits; 400: not JSON)
+_BODY_ERRORS = (400, 408, 413)
 
 
 def _json_safe(value: Any) -> Any:
@@ -211,7 +212,7 @@ class Ingress:
         # of the app pickled with the globals they use, and FastAPI's schema of that copy says
         # "example": {} for every parameter and body (it tells an unset example by the identity
         # of a marker object, which pickling copies).
-        from app.serve import ingress as module
+        from app.serve.ingress import deployment as module
 
         self._openapi = deployment_schema(
             module.api.openapi(),
@@ -230,7 +231,7 @@ class Ingress:
     @api.get("/openapi.json", include_in_schema=False)
     async def openapi(self, request: Request) -> JSONResponse:
         """The schema of this deployment: the app's, with its model's bounds (token ids,
-        generated tokens, logprobs mode; ``app.serve.deployment_schema``). Under a root path
+        generated tokens, logprobs mode; ``app.serve.ingress.schema``). Under a root path
         it lists that path as its server, as FastAPI's own route does."""
         root = request.scope.get("root_path", "").rstrip("/")
         if not root:

@@ -1,6 +1,6 @@
-"""The engine replica's sync loop with the draft server (``app.serve.engine_replica``), on a sim
-engine and an in-process server whose exchanges work, fail or hang: rollouts go on, failures
-are counted, and the tokens of failed exchanges reach the server once it answers again."""
+"""The engine replica's sync loop with the draft server (``app.serve.replica.engine_replica``), on a
+sim engine and an in-process server whose exchanges work, fail or hang: rollouts go on, failures are
+counted, and the tokens of failed exchanges reach the server once it answers again."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from app.config import DraftServerConfig
 from app.engines.config import EngineConfig, SimConfig
 from app.engines.sim.workload import group_prompt
-from app.serve.engine_replica import EngineReplica
+from app.serve.replica.engine_replica import EngineReplica
 from core.drafting.shared import GroupCursor, SharedGroups, SyncBatch, SyncReply
 from core.engine import ChunkRequest
 
@@ -212,7 +212,7 @@ def test_a_replica_outside_ray_starts_no_ray_of_its_own() -> None:
     session's Ray."""
     code = (
         "import ray\n"
-        "from app.serve.engine_replica import _where\n"
+        "from app.serve.replica.engine_replica import _where\n"
         "p = _where(['7'])\n"
         "print(p.node_id == '' and p.gpu_ids == ['7'] and p.bundles == [], ray.is_initialized())"
     )

@@ -13,11 +13,11 @@ import pytest
 
 from app.api import ReplicaState
 from app.serve.detached import detached
-from app.serve.jobs import JobError
-from app.serve.metrics import ServiceMetrics
-from app.serve.replica_pool import ReplicaPool
-from app.serve.speculation import SpeculationControl
-from app.serve.weight_updater import WeightUpdater
+from app.serve.scheduler.jobs import JobError
+from app.serve.scheduler.metrics import ServiceMetrics
+from app.serve.scheduler.replica_pool import ReplicaPool
+from app.serve.scheduler.speculation import SpeculationControl
+from app.serve.scheduler.weight_updater import WeightUpdater
 from app.weights_digest import checkpoint_digest
 from core.drafting.step_drafter import DraftSettings
 from tests.app.serve.fakes import FakeDrafts, FakeLinks, RecordingListener, service_config

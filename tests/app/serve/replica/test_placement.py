@@ -1,5 +1,5 @@
-"""Where the deployments ask to run (``app.serve.placement``) and the GPU/cluster settings that
-decide it: validated with errors naming the field, turned into the Serve options of each
+"""Where the deployments ask to run (``app.serve.replica.placement``) and the GPU/cluster settings
+that decide it: validated with errors naming the field, turned into the Serve options of each
 deployment. The placement itself on a real multi-node cluster: tests/app/serve/test_cluster.py."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from app.commands.serve import capacity_problem
 from app.config import ServiceConfig
 from app.env import DATABASE_URL_ENV
-from app.serve.placement import control_options, engine_bundles, engine_options
+from app.serve.replica.placement import control_options, engine_bundles, engine_options
 from app.store.config import StoreConfig, check_shared
 
 

@@ -1,10 +1,10 @@
 """The draft server deployment (the paper's DGDS): group texts shared by every engine replica.
 
 Invariant: one replica holds one ``core.drafting.shared.SharedGroups``; every method is a bounded
-in-memory operation (no I/O, no wait), so an exchange costs time proportional to its batch.
-Engine replicas reach it through their sync loop (``app.serve.engine_replica``), never from the
-decode path; the scheduler releases finished groups and resets it when the weights change. If
-it is down, exchanges time out, replicas draft from their own data and rollouts go on.
+in-memory operation (no I/O, no wait), so an exchange costs time proportional to its batch. Engine
+replicas reach it through their sync loop (``app.serve.replica.engine_replica``), never from the
+decode path; the scheduler releases finished groups and resets it when the weights change. If it is
+down, exchanges time out, replicas draft from their own data and rollouts go on.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.api import JobState, ReplicaState
-from app.serve.dispatcher import Dispatcher
-from app.serve.jobs import JobError
+from app.serve.scheduler.dispatcher import Dispatcher
+from app.serve.scheduler.jobs import JobError
 from core.events import CollectingSink, JobStarted, RequestFinished
 from tests.app.serve.fakes import FakeDrafts, FakeLinks, job_plan, run_dispatcher, service_config
 

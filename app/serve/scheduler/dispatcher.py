@@ -47,12 +47,12 @@ from app.api import (
 from app.config import ServiceConfig
 from app.rollout import JobPlan, RequestRun, assemble_group, seed_guarantee
 from app.serve.detached import detached
-from app.serve.job_book import JobBook
-from app.serve.jobs import Job, JobError
-from app.serve.metrics import ServiceMetrics
-from app.serve.replica_pool import EngineLinks, Replica, ReplicaPool, ReplicaUnavailable
-from app.serve.speculation import SharedDrafts, SpeculationControl
-from app.serve.weight_updater import WeightUpdater
+from app.serve.scheduler.job_book import JobBook
+from app.serve.scheduler.jobs import Job, JobError
+from app.serve.scheduler.metrics import ServiceMetrics
+from app.serve.scheduler.replica_pool import EngineLinks, Replica, ReplicaPool, ReplicaUnavailable
+from app.serve.scheduler.speculation import SharedDrafts, SpeculationControl
+from app.serve.scheduler.weight_updater import WeightUpdater
 from app.store.keys import prompt_hash
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, FinishReason
@@ -345,7 +345,7 @@ class Dispatcher:
     async def configure_speculation(
         self, settings: DraftSettings, who: str, reason: str | None = None
     ) -> SpeculationState:
-        """New drafting settings for every replica, live (see ``app.serve.speculation``)."""
+        """New drafting settings for every replica, live (``app.serve.scheduler.speculation``)."""
         return await self.speculation.set(settings, who, reason, self.pool.live())
 
     async def update_speculation(
@@ -363,7 +363,7 @@ class Dispatcher:
         digest: str | None = None,
     ) -> WeightsUpdate:
         """Load new policy weights into every replica between chunks (``app.api.operator``
-        says what that promises, ``app.serve.weight_updater`` how it is done)."""
+        says what that promises, ``app.serve.scheduler.weight_updater`` how it is done)."""
         return await self.updater.update(path, version, abort_running, digest)
 
     # ------------------------------------------------------------------ DispatchControl

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from app.api import ReplicaHealth, ReplicaState
 from app.config import ServiceConfig
-from app.serve.metrics import ServiceMetrics
+from app.serve.scheduler.metrics import ServiceMetrics
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
 from core.scheduling.types import ReplicaSpec

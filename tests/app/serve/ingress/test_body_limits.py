@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from app.serve.body_limits import BodyLimits
+from app.serve.ingress.body_limits import BodyLimits
 
 LIMIT = 1000
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from app.config import ServiceLimits
 from app.rollout import JobPlan
-from app.serve.jobs import Job, JobError
+from app.serve.scheduler.jobs import Job, JobError
 
 
 class JobBook:

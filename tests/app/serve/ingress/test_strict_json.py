@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from app.serve.strict_json import StrictJSONRoute, duplicate_key, parse
+from app.serve.ingress.strict_json import StrictJSONRoute, duplicate_key, parse
 
 
 class Body(BaseModel):

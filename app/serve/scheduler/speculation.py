@@ -41,7 +41,7 @@ class SpeculationLinks(Protocol):
 
 
 class SharedDrafts(Protocol):
-    """The draft server, as the scheduler reaches it (``app.serve.draft_server``)."""
+    """The draft server, as the scheduler reaches it (``app.serve.replica.draft_server``)."""
 
     async def release(self, group_ids: list[str]) -> int: ...
 

@@ -10,8 +10,8 @@ import pytest
 from app.api import JobState, RolloutRequest
 from app.config import ServiceLimits
 from app.rollout import JobPlan, expand
-from app.serve.job_book import JobBook
-from app.serve.jobs import Job, JobError
+from app.serve.scheduler.job_book import JobBook
+from app.serve.scheduler.jobs import Job, JobError
 
 
 def _plan(job_id: str, prompts: int = 1, g: int = 2, max_tokens: int = 10) -> JobPlan:

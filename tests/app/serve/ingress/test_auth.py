@@ -10,7 +10,7 @@ from fastapi import HTTPException
 
 from app.api import SpeculationUpdate
 from app.env import OPERATOR_TOKEN_ENV
-from app.serve.operator import authorize, configured_token, settings_patch
+from app.serve.ingress.auth import authorize, configured_token, settings_patch
 from core.drafting.step_drafter import DraftSettings
 
 
@@ -74,7 +74,7 @@ def test_the_published_schema_states_the_cross_field_rules() -> None:
     """Rules the handlers check, in /openapi.json too (schemathesis found schema-valid requests
     refused): one of input_ids and text, a rid or abort_all, no empty prompt, the known
     speculation settings only; and every 422 item carries FastAPI's ``type``."""
-    from app.serve.ingress import api
+    from app.serve.ingress.deployment import api
 
     doc = api.openapi()["components"]["schemas"]
     gen = doc["GenerateRequest"]["oneOf"]

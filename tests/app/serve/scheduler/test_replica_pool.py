@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from app.api import ReplicaState
-from app.serve.metrics import ServiceMetrics
-from app.serve.replica_pool import ReplicaPool
+from app.serve.scheduler.metrics import ServiceMetrics
+from app.serve.scheduler.replica_pool import ReplicaPool
 from tests.app.serve.fakes import FakeLinks, RecordingListener, service_config
 
 

@@ -1,10 +1,10 @@
 """The SeerScheduler deployment as typed calls: what the ingress may ask it, and its answers.
 
-Serve's handles are untyped (``handle.submit.remote(plan)`` takes any name and any arguments,
-and answers ``Any``). Here each call is named once, with its arguments and answer, so mypy
-checks every caller; ``tests/app/serve/test_scheduler_handle.py`` checks that the deployment answers
-each call under the same name and parameters. A refusal (the deployment's ``Refusal`` value,
-or a ``JobError`` it raised) comes back raised as ``JobError``.
+Serve's handles are untyped (``handle.submit.remote(plan)`` takes any name and any arguments, and
+answers ``Any``). Here each call is named once, with its arguments and answer, so mypy checks every
+caller; ``tests/app/serve/ingress/test_scheduler_handle.py`` checks that the deployment answers each
+call under the same name and parameters. A refusal (the deployment's ``Refusal`` value, or a
+``JobError`` it raised) comes back raised as ``JobError``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from app.api import (
     WeightsUpdate,
 )
 from app.rollout import JobPlan
-from app.serve.jobs import JobError, Refusal
-from app.serve.scheduler import JobOutcome
+from app.serve.scheduler.deployment import JobOutcome
+from app.serve.scheduler.jobs import JobError, Refusal
 
 
 class SchedulerHandle:

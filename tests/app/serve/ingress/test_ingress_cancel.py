@@ -13,8 +13,8 @@ import ray._raylet
 
 from app.config import ServiceConfig
 from app.serve.detached import Background
-from app.serve.jobs import JobError
-from app.serve.scheduler_handle import SchedulerHandle
+from app.serve.ingress.scheduler_handle import SchedulerHandle
+from app.serve.scheduler.jobs import JobError
 from tests.app.serve.bare_ingress import bare_ingress
 
 

@@ -178,7 +178,7 @@ def _remember(seen: OrderedDict[tuple[str, int], None], key: tuple[str, int]) ->
 
 
 class ReplicaPlacement(BaseModel):
-    """Where one engine replica was placed (``app.serve.placement`` says by which rule)."""
+    """Where one engine replica was placed (``app.serve.replica.placement`` says by which rule)."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from app.serve.scheduler import SeerScheduler
-from app.serve.scheduler_handle import SchedulerHandle
+from app.serve.ingress.scheduler_handle import SchedulerHandle
+from app.serve.scheduler.deployment import SeerScheduler
 
 DEPLOYMENT = SeerScheduler.func_or_class  # the class under Serve's decorator
 CALLS = [

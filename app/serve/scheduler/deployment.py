@@ -1,7 +1,7 @@
 """``SeerScheduler``: the one scheduler deployment of the service (one replica).
 
-A thin Serve wrapper around ``app.serve.dispatcher.Dispatcher``: engine replicas are reached
-through their deployment handles (one deployment per replica, so the scheduler's choice of
+A thin Serve wrapper around ``app.serve.scheduler.dispatcher.Dispatcher``: engine replicas are
+reached through their deployment handles (one deployment per replica, so the scheduler's choice of
 replica always wins); the policy is the deployment's ``user_config`` (``reconfigure``). When
 ``store.enabled``, the history store (``app.store.service``) is the dispatcher's event sink and
 length prior; its writer runs in its own thread (connects and migrates there, never here).
@@ -33,11 +33,11 @@ from app.engines.base import EngineDead
 from app.rollout import JobPlan
 from app.serve import logs
 from app.serve.detached import Background
-from app.serve.dispatcher import Dispatcher
-from app.serve.draft_server import DraftServerLink
-from app.serve.jobs import JobError, Refusal
 from app.serve.options import SINGLETON
-from app.serve.replica_pool import ReplicaUnavailable
+from app.serve.replica.draft_server import DraftServerLink
+from app.serve.scheduler.dispatcher import Dispatcher
+from app.serve.scheduler.jobs import JobError, Refusal
+from app.serve.scheduler.replica_pool import ReplicaUnavailable
 from app.store.config import check_shared
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
