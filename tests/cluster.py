@@ -74,7 +74,9 @@ class LoopbackCluster:
             raise TimeoutError(f"cluster process: no answer to {what!r} in {timeout_s} s") from None
         if not line:
             raise RuntimeError(f"cluster process exited (rc {self.proc.poll()}) during {what!r}")
-        out: dict[str, Any] = json.loads(line)
+        # the answer's JSON object first: Ray's log lines share this stdout, and one was seen
+        # written between an answer and its newline ('{"ok": true}(raylet) Raylet is ...')
+        out: dict[str, Any] = json.JSONDecoder().raw_decode(line)[0]
         if "error" in out:
             raise RuntimeError(f"cluster process: {what!r} failed: {out['error']}")
         return out
