@@ -3,7 +3,8 @@ one module per surface. Importing it loads pydantic and ``core.engine``'s types,
 
 - ``app.api.base``: what every request model shares (strictness, prompts, Unicode text);
 - ``app.api.native``: the job API (``/v1/rollouts``);
-- ``app.api.trainer``: what RL trainers already send (OpenAI completions, SGLang);
+- ``app.api.openai``, ``app.api.sglang``: the trainer dialects, one module each with its
+  requests, its answers and how they are built from a job (``app.api.dialect``: what they share);
 - ``app.api.operator``: the service's state and operator controls (health, speculation,
   weights);
 - ``app.api.errors``: error bodies.
@@ -33,6 +34,7 @@ from app.api.base import (
     decimal_pattern,
     lone_surrogate,
 )
+from app.api.dialect import native_rollout
 from app.api.errors import ErrorBody, FieldError, ValidationErrorBody
 from app.api.native import (
     SEED_GUARANTEE_DOC,
@@ -47,6 +49,15 @@ from app.api.native import (
     RolloutStats,
     SeedGuarantee,
 )
+from app.api.openai import (
+    Choice,
+    ChoiceLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    ModelCard,
+    ModelList,
+    Usage,
+)
 from app.api.operator import (
     ReplicaHealth,
     ReplicaSpeculation,
@@ -59,13 +70,9 @@ from app.api.operator import (
     WeightsUpdateRequest,
     WriterStats,
 )
-from app.api.trainer import (
+from app.api.sglang import (
     AbortRequest,
     AbortResponse,
-    Choice,
-    ChoiceLogprobs,
-    CompletionRequest,
-    CompletionResponse,
     DiskWeightsRequest,
     DiskWeightsResponse,
     GenerateAbort,
@@ -76,12 +83,8 @@ from app.api.trainer import (
     GenerateOutput,
     GenerateRequest,
     GenerateStop,
-    ModelCard,
-    ModelList,
     SGLangSampling,
     TokenLogprob,
-    Usage,
-    native_rollout,
 )
 from core.engine import EngineLoad, SamplingParams
 

@@ -6,7 +6,7 @@
   (FastAPI's shape, published as its ``HTTPValidationError``; ``input`` is echoed only for an
   error inside the body, never for the whole body);
 - ``/update_weights_from_disk`` answers its errors in SGLang's shape
-  (``app.api.trainer.DiskWeightsResponse`` with ``success`` false).
+  (``app.api.sglang.DiskWeightsResponse`` with ``success`` false).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ bounds of the deployment's model written where the static schema marks them
 (``app.api.base.DEPLOYMENT_BOUND``).
 
 Invariant: every bound written here is one the ingress enforces for the same deployment, with a
-422 naming the field (``Ingress._prompt_ids``: token ids in [0, vocab_size), max_tokens below
-max_model_len, so a prompt of ids has at most max_model_len - 1; ``Ingress._submit``: the
+422 naming the field (``Submission._prompt_ids``: token ids in [0, vocab_size), max_tokens below
+max_model_len, so a prompt of ids has at most max_model_len - 1; ``Submission._submit``: the
 engines' logprobs mode); the static schema is not changed (its copy is).
 """
 

@@ -1,15 +1,20 @@
-"""What RL trainers already send: OpenAI's ``POST /v1/completions`` and ``GET /v1/models``,
-SGLang's ``POST /generate``, ``/abort_request`` and ``/update_weights_from_disk``.
+"""SGLang's dialect: ``POST /generate``, ``/abort_request`` and ``/update_weights_from_disk`` in
+the shape SGLang serves and slime sends: the requests, the answers, and how an answer is built.
 
-Each request stands for one native job (``to_rollout``: one group per prompt, answered when
-done); ``app.compat`` builds the answers from the job's groups.
+One call is one job (its id: the call's ``rid`` when given, for ``/abort_request``); each
+prompt (``input_ids`` or ``text``) is one group of ``sampling_params.n`` samples and the answer
+lists them prompt-major (a single dict for one prompt and n = 1). Samples of one group sent one
+per call join with ``group_key``. ``meta_info.output_token_logprobs`` is
+``[[logprob, token_id, null], ...]`` when ``return_logprob``; ``meta_info.finish_reason.type``
+is ``stop``, ``length`` or ``abort`` (the call was aborted: the tokens generated so far are
+returned); ``meta_info.policy_version`` is the weights version that sampled the tokens.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Literal
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -34,7 +39,8 @@ from app.api.base import (
     Stops,
     decimal_pattern,
 )
-from app.api.native import RolloutRequest
+from app.api.dialect import Loc, cut_at_stop, cut_at_stop_token, native_rollout, own_loc
+from app.api.native import GroupResult, RolloutRequest
 from core.engine import SamplingParams
 from core.engine.types import SEED_SPACE, LogprobsMode
 
@@ -53,60 +59,6 @@ Rid = Annotated[
 ]
 
 
-def native_rollout(
-    prompts: list[str | list[int]],
-    *,
-    group_size: int,
-    max_tokens: int,
-    sampling: SamplingParams,
-    logprobs: bool,
-    group_key: str | None,
-    prompt_id: str | None,
-) -> RolloutRequest:
-    """One group per prompt, answered when done; prompts are used as they are (no chat
-    template). ValueError naming the field when ``group_key`` or ``prompt_id`` is given with
-    more than one prompt (``RolloutRequest`` checks ``group_key``)."""
-    if prompt_id is not None and len(prompts) != 1:
-        raise ValueError(f"prompt_id needs exactly one prompt; got {len(prompts)}")
-    return RolloutRequest(
-        prompts=prompts,
-        prompt_ids=[prompt_id] if prompt_id is not None else None,
-        group_size=group_size,
-        max_tokens=max_tokens,
-        sampling=sampling,
-        logprobs=logprobs,
-        chat_template=False,
-        group_key=group_key,
-        wait=True,
-    )
-
-
-Loc = list[str | int]
-
-
-def own_loc(loc: Sequence[str | int], names: Mapping[str, Loc], prompt: str, batched: bool) -> Loc:
-    """The location, in a trainer request, of what ``loc`` names in the native job it became:
-    ``names`` maps a native field (or ``sampling.<field>``) to the request's own; a prompt
-    (``prompts``, index) is ``prompt`` itself, or its index when the request sent a list."""
-    if not loc:
-        return []
-    head, rest = str(loc[0]), list(loc[1:])
-    if head == "prompts":
-        return [prompt, *rest] if batched else [prompt, *rest[1:]]
-    if head == "sampling" and rest:
-        return [*names.get(f"sampling.{rest[0]}", [head, *rest[:1]]), *rest[1:]]
-    return [*names.get(head, [head]), *rest]
-
-
-_OPENAI_NAMES: dict[str, Loc] = {
-    "group_size": ["n"],
-    "prompt_ids": ["prompt_id"],
-    "logprobs": ["logprobs"],
-    "sampling.seed": ["seed"],
-    "sampling.temperature": ["temperature"],
-    "sampling.top_p": ["top_p"],
-    "sampling.top_k": ["top_k"],
-}
 _SGLANG_NAMES: dict[str, Loc] = {
     "group_size": ["sampling_params", "n"],
     "max_tokens": ["sampling_params", "max_new_tokens"],
@@ -119,127 +71,6 @@ _SGLANG_NAMES: dict[str, Loc] = {
 }
 
 
-# ------------------------------------------------------------------ OpenAI
-Prompt = PromptText | PromptIds | PromptTexts | PromptIdLists
-
-
-class CompletionRequest(ClientRequest):
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-    model: str = Field(min_length=1, max_length=512, description="any name; answered with ours")
-    prompt: Prompt = Field(description="text, token ids, or a list of either (one group each)")
-    n: int = Field(1, ge=1, le=256, description="choices per prompt: the group size G")
-    max_tokens: int = Field(16, ge=1, le=1_048_576, json_schema_extra=NEW_TOKENS_BOUND)
-    temperature: float = Field(1.0, ge=0.0, le=10.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1, le=1_000_000, description="-1 or 0: disabled")
-    seed: int | None = Field(None, ge=0, lt=SEED_SPACE)
-    logprobs: int | None = Field(None, ge=0, le=5)
-    stop: Stops = Field(None, description="up to 16 stop strings")
-    return_tokens_as_token_ids: bool = False
-    stream: NoStream = Field(False, description="streaming is not supported")
-    user: str | None = Field(None, max_length=512, description="accepted, not used")
-    group_key: str | None = Field(
-        None,
-        min_length=1,
-        max_length=256,
-        description="join the choices to every other request with this key while its group is "
-        "open (one prompt only)",
-    )
-    prompt_id: str | None = Field(
-        None, min_length=1, max_length=256, description="stable id of the prompt (one prompt)"
-    )
-
-    def prompts(self) -> list[str | list[int]]:
-        p = self.prompt
-        if isinstance(p, str):
-            return [p]
-        if not p:
-            raise ValueError("prompt is an empty list")
-        if all(isinstance(x, int) for x in p):
-            return [list(p)]  # type: ignore[arg-type]
-        return list(p)  # type: ignore[arg-type]
-
-    def stops(self) -> list[str]:
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-
-    def own_loc(self, loc: Sequence[str | int]) -> Loc:
-        """Where ``loc`` of the native job (``to_rollout``) is in this request."""
-        batched = isinstance(self.prompt, list) and not all(isinstance(x, int) for x in self.prompt)
-        return own_loc(loc, _OPENAI_NAMES, "prompt", batched)
-
-    def to_rollout(self) -> RolloutRequest:
-        """The native job of this request (ValueError naming the field when inconsistent)."""
-        return native_rollout(
-            self.prompts(),
-            group_size=self.n,
-            max_tokens=self.max_tokens,
-            sampling=SamplingParams(
-                temperature=self.temperature,
-                top_p=self.top_p,
-                top_k=max(self.top_k, 0),
-                seed=self.seed,
-            ),
-            logprobs=self.logprobs is not None,
-            group_key=self.group_key,
-            prompt_id=self.prompt_id,
-        )
-
-
-class ChoiceLogprobs(BaseModel):
-    tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
-    text_offset: list[int]
-
-
-class Choice(BaseModel):
-    index: int
-    text: str
-    logprobs: ChoiceLogprobs | None
-    finish_reason: str = Field(description="stop | length | abort")
-    stop_reason: str | None = Field(None, description="the stop string matched, if any")
-    token_ids: list[int]
-    prompt_token_ids: list[int]
-    policy_version: int
-    logprobs_mode: LogprobsMode = Field(
-        description="raw (the model's untempered logprobs) | processed (of the distribution "
-        "sampled from); see the native API"
-    )
-
-
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class CompletionResponse(BaseModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[Choice]
-    usage: Usage
-    policy_version: int = Field(description="newest policy version among the choices")
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "seer"
-
-
-class ModelList(BaseModel):
-    """``GET /v1/models``: OpenAI clients list the models first; the one served is the only one
-    (``/v1/completions`` answers with it whatever ``model`` a request names)."""
-
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
-
-
-# ------------------------------------------------------------------ SGLang
 class SGLangSampling(BaseModel):
     model_config = STRICT
 
@@ -466,3 +297,61 @@ class DiskWeightsResponse(BaseModel):
     message: str
     num_paused_requests: int = Field(description="unfinished requests started over")
     policy_version: int | None = Field(None, description="the version loaded (on success)")
+
+
+def generate_outputs(
+    req: GenerateRequest,
+    groups: list[GroupResult],
+    rid: str,
+    decode: Callable[[list[int]], str],
+) -> list[GenerateOutput]:
+    """Every sample of a terminal job (groups in prompt order), prompt-major; blocking
+    (detokenizes)."""
+    p = req.sampling_params
+    out: list[GenerateOutput] = []
+    for g in groups:
+        for r in g.responses:
+            ids, lps, stop_id = cut_at_stop_token(r.token_ids, r.logprobs, p.stop_token_ids or [])
+            cut = cut_at_stop(ids, lps, decode(ids), p.stops(), decode, p.no_stop_trim)
+            n = len(cut.token_ids)
+            finish: GenerateStop | GenerateLength | GenerateAbort
+            if cut.matched is not None:
+                finish = GenerateStop(type="stop", matched=cut.matched)
+            elif stop_id is not None:
+                finish = GenerateStop(type="stop", matched=stop_id)
+            elif r.finish_reason == "length":
+                finish = GenerateLength(type="length", length=n)
+            elif r.finish_reason == "abort":
+                finish = GenerateAbort(type="abort", message="aborted (POST /abort_request)")
+            else:
+                finish = GenerateStop(type="stop", matched=cut.token_ids[-1] if n else None)
+            meta = GenerateMeta(
+                id=rid if len(groups) * p.n == 1 else f"{rid}-{g.prompt_index}-{r.index}",
+                finish_reason=finish,
+                prompt_tokens=len(g.prompt_token_ids),
+                completion_tokens=n,
+                policy_version=r.policy_version,
+                logprobs_mode=r.logprobs_mode,
+            )
+            if req.return_logprob:  # set only then: absent from the answer without
+                lps = cut.logprobs or []
+                meta.output_token_logprobs = [
+                    (lp, t, None) for lp, t in zip(lps, cut.token_ids, strict=True)
+                ]
+            out.append(GenerateOutput(text=cut.text, output_ids=cut.token_ids, meta_info=meta))
+    return out
+
+
+def generate_response(
+    req: GenerateRequest,
+    groups: list[GroupResult],
+    rid: str,
+    decode: Callable[[list[int]], str],
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """SGLang's answer (``app.api.GenerateAnswer``) as JSON data: a list of samples, or the
+    only one when the request is not batched; blocking (detokenizes)."""
+    out = [
+        o.model_dump(mode="json", exclude_unset=True)
+        for o in generate_outputs(req, groups, rid, decode)
+    ]
+    return out if req.batched else out[0]

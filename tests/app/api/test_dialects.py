@@ -1,4 +1,5 @@
-"""OpenAI and SGLang request/response shapes, converted without Ray (app/compat)."""
+"""OpenAI and SGLang request/response shapes, converted without Ray (``app.api.openai``,
+``app.api.sglang``, ``app.api.dialect``)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from app.api import (
     GroupResult,
     Response,
 )
-from app.compat.openai import completion_response
-from app.compat.sglang import generate_response
-from app.compat.stop import cut_at_stop, cut_at_stop_token
+from app.api.dialect import cut_at_stop, cut_at_stop_token
+from app.api.openai import completion_response
+from app.api.sglang import generate_response
 
 
 def _decode(ids: list[int]) -> str:
