@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from app.api import GroupResult, Response, RolloutRequest, RolloutStats, SeedGuarantee
 from app.store.keys import prompt_key
-from core.engine import ChunkRequest, FinishReason, SamplingParams
+from core.engine import ChunkRequest, ChunkResult, FinishReason, SamplingParams
 from core.engine.types import SEED_SPACE, LogprobsMode
 from core.scheduling.types import ChunkDecision, GroupSpec
 
@@ -85,6 +85,18 @@ class RequestRun:
         if logprobs is not None:
             self.token_logprobs += logprobs
         self.replicas.append(replica)
+
+    def take(self, replica: str, result: ChunkResult) -> None:
+        """A chunk run on ``replica`` came back: its tokens and draft counts are this
+        response's."""
+        self.append(replica, result.token_ids, result.logprobs)
+        self.drafted += result.drafted_tokens
+        self.accepted += result.accepted_tokens
+
+    def finish_as(self, reason: FinishReason, now: float) -> None:
+        """The response ended at ``now``: ``stop`` for EOS, else ``length`` (its cap)."""
+        self.finish = FinishReason.STOP if reason is FinishReason.STOP else FinishReason.LENGTH
+        self.finished_at = now
 
 
 @dataclass

@@ -55,3 +55,27 @@ def test_the_check_finds_a_lazy_import_of_the_lab(tmp_path: Path) -> None:
     (tmp_path / "core" / "up.py").write_text("import app.config\n")
     (tmp_path / "lab" / "fine.py").write_text("import app, core, dashboard\n")
     assert violations(tmp_path) == ["core/up.py: imports app", "app/bad.py: imports lab"]
+
+
+#: the largest a module of the product or the lab may be (CONTRIBUTING.md)
+MAX_MODULE_LINES = 600
+
+
+def oversized(root: Path = ROOT, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """``path: N lines`` for every module of the packages over ``limit`` lines."""
+    out = []
+    for package in ALLOWED:
+        for path in sorted((root / package).rglob("*.py")):
+            n = len(path.read_text().splitlines())
+            if n > limit:
+                out.append(f"{path.relative_to(root)}: {n} lines")
+    return out
+
+
+def test_no_module_is_over_the_size_limit(tmp_path: Path) -> None:
+    assert oversized() == []
+    for package in ALLOWED:
+        (tmp_path / package).mkdir()
+    (tmp_path / "app" / "big.py").write_text("x = 1\n" * 601)
+    (tmp_path / "core" / "fine.py").write_text("x = 1\n" * 600)
+    assert oversized(tmp_path) == ["app/big.py: 601 lines"]

@@ -175,7 +175,8 @@ class SeerScheduler:
         self.dispatcher.set_policy(self.config.resolve_policy(cfg.policy))
         spec = cfg.speculation
         if spec is not None and spec != self.dispatcher.speculation.settings:
-            await self.dispatcher.configure_speculation(spec, "user_config", "deployment config")
+            d = self.dispatcher
+            await d.speculation.set(spec, "user_config", "deployment config", d.pool.live())
 
     async def speculation(self) -> SpeculationState:
         return self.dispatcher.speculation.state()
@@ -184,19 +185,20 @@ class SeerScheduler:
     async def update_speculation(
         self, patch: dict[str, Any], who: str, reason: str | None
     ) -> SpeculationState:
-        return await self.dispatcher.update_speculation(patch, who, reason)
+        d = self.dispatcher
+        return await d.speculation.update(patch, who, reason, d.pool.live())
 
     @refusing
     async def update_weights(
         self, path: str, version: int | None, abort_running: bool, digest: str | None = None
     ) -> WeightsUpdate:
-        return await self.dispatcher.update_weights(path, version, abort_running, digest)
+        return await self.dispatcher.updater.update(path, version, abort_running, digest)
 
     async def weights(self) -> WeightsState:
-        return self.dispatcher.weights
+        return self.dispatcher.updater.state
 
     async def policy(self) -> str:
-        return self.dispatcher.policy
+        return self.dispatcher.policies.next.name
 
     @refusing
     async def submit(self, plan: JobPlan) -> JobStatus:
@@ -228,10 +230,10 @@ class SeerScheduler:
         job = await self.dispatcher.wait(job_id)
         groups: list[GroupResult] = []
         if job.state is JobState.DONE:
-            groups = self.dispatcher.groups_so_far(job)
+            groups = job.groups_so_far()
         elif partial and job.state is JobState.CANCELLED:
             await self.dispatcher.settle(job)  # with the tokens of its aborted chunks
-            groups = self.dispatcher.groups_so_far(job)
+            groups = job.groups_so_far()
         return JobOutcome(status=self.dispatcher.status(job_id), groups=groups)
 
     async def cancel_all(self, error: str) -> list[str]:
@@ -240,15 +242,15 @@ class SeerScheduler:
 
     async def health(self) -> ServiceHealth:
         d = self.dispatcher
-        reps = d.health()
+        reps = d.probes.health()
         healthy = sum(r.state is ReplicaState.HEALTHY for r in reps)
         status = "ok" if healthy == len(reps) else "degraded" if healthy else "unavailable"
         return ServiceHealth(
             status=status,
-            policy=d.policy,
+            policy=d.policies.next.name,
             logprobs_mode=self.config.engine.logprobs_mode,
             accepting=d.accepting,
-            open_jobs=d.open_jobs,
+            open_jobs=d.book.open_count,
             scheduler_node_id=self.node_id,
             replicas=reps,
             store=self.store.stats() if self.store else None,

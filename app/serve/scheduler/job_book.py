@@ -3,10 +3,10 @@
 Invariants:
 - A job is *open* from ``add`` until ``closed``; it is *held* (readable by id) from ``add``
   until ``job_ttl_s`` after it ended, then ``expire`` drops it (404 from then on).
-- ``check`` refuses a job before anything of it exists: 422 for one larger than a per-job
-  limit, 409 for an id held already, 429 (with ``retry_after_s``) when adding it would take an
-  open total (jobs, requests, requests x max_tokens) past its limit. So the open totals never
-  exceed their limits.
+- ``check`` refuses a job before anything of it exists: 422 for one larger than a per-job limit or
+  with a response no replica can hold, 409 for an id held already, 429 (with ``retry_after_s``) when
+  adding it would take an open total (jobs, requests, requests x max_tokens) past its limit. So the
+  open totals never exceed their limits.
 - ``expire`` scans at most once per ``scan_period_s``; it returns the open jobs older than
   ``request_timeout_s`` for the caller to cancel (ending a job is the dispatcher's: it holds
   the scheduler and the chunks).
@@ -38,8 +38,21 @@ class JobBook:
         self._next_scan = 0.0
 
     # ------------------------------------------------------------------ admission
-    def check(self, plan: JobPlan) -> None:
-        """Raise ``JobError`` unless ``plan`` may be added now (see the module invariants)."""
+    def check(self, plan: JobPlan, kv_room: int) -> None:
+        """Raise ``JobError`` unless ``plan`` may be added now (see the module invariants);
+        ``kv_room``: the KV tokens of the largest replica.
+
+        A response needs its prompt + max_tokens of KV under every policy; a group need not
+        fit: verl runs a whole group on one replica, and a group's ``group_size x max_tokens``
+        routinely exceeds a replica's KV (the paper's Qwen2-VL setup: 16 x 40,960); vLLM then
+        runs it in waves, as veRL's own engines do."""
+        need = max(len(g.prompt) for g in plan.groups) + plan.max_tokens
+        if need > kv_room:
+            raise JobError(
+                422,
+                f"a response needs up to {need} KV tokens (prompt + max_tokens) but the "
+                f"largest replica holds {kv_room}",
+            )
         lim = self.limits
         if plan.requests > lim.max_job_requests:
             raise JobError(

@@ -1,18 +1,23 @@
 """Prometheus metrics of the scheduler deployment (its own registry; ``GET /metrics``).
 
 Counters and histograms are updated as events happen; gauges that describe current state
-(jobs and requests by state, replica load) are set from the dispatcher when the page is read.
+(jobs and requests by state, replica load) are set (``set_state``) when the page is read.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from app.api import JobState, ReplicaState
+
 if TYPE_CHECKING:
     from app.api import WriterStats
+    from app.serve.scheduler.jobs import Job
+    from app.serve.scheduler.replica_pool import Replica
     from core.drafting.shared import SharedStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -129,6 +134,11 @@ class ServiceMetrics:
             self.store_events.labels(kind).set(getattr(stats, kind))
         self.store_failed_writes.set(stats.failed_writes)
 
+    def drafted(self, replica_id: str, drafted: int, accepted: int) -> None:
+        """A chunk on ``replica_id`` verified ``drafted`` draft tokens, ``accepted`` of them."""
+        self.draft_tokens.labels(replica_id).inc(drafted)
+        self.accepted_tokens.labels(replica_id).inc(accepted)
+
     def add_tokens(self, now: float, n: int) -> None:
         self.tokens.inc(n)
         self._window.append((now, n))
@@ -138,6 +148,37 @@ class ServiceMetrics:
         while self._window and self._window[0][0] < now - window_s:
             self._window.popleft()
         return sum(n for _, n in self._window) / window_s
+
+    def set_state(
+        self,
+        jobs: Iterable[Job],
+        queued: int,
+        running: int,
+        reserved: Sequence[int],
+        replicas: Sequence[Replica],
+        now: float,
+    ) -> None:
+        """The gauges of current state: jobs by state, requests ``queued`` (waiting jobs'
+        included) and ``running``, tokens/s, and per replica whether it is up, the KV tokens
+        the scheduler ``reserved`` on it and its last reported load."""
+        states = {s: 0 for s in JobState}
+        for job in jobs:
+            states[job.state] += 1
+        for state, n in states.items():
+            self.jobs.labels(state.value).set(n)
+        self.requests.labels("queued").set(queued)
+        self.requests.labels("running").set(running)
+        self.tokens_per_s.set(self.rate(now))
+        for rep, kv in zip(replicas, reserved, strict=True):
+            rid = rep.replica_id
+            self.replica_up.labels(rid).set(1 if rep.state is ReplicaState.HEALTHY else 0)
+            self.replica_reserved.labels(rid).set(kv)
+            if rep.load is not None:
+                self.replica_running.labels(rid).set(rep.load.running)
+                self.replica_waiting.labels(rid).set(rep.load.waiting)
+                self.replica_kv.labels(rid).set(rep.load.kv_usage)
+                self.draft_exchanges.labels(rid, "ok").set(rep.load.draft_exchanges)
+                self.draft_exchanges.labels(rid, "failed").set(rep.load.draft_exchange_failures)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

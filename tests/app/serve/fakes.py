@@ -149,7 +149,7 @@ async def run_dispatcher(
     await links.start()
     d = Dispatcher(links, config, config.resolve_policy(policy), sink=sink, drafts=drafts)
     d.start()
-    await d.probe_all()  # replicas join before the first job
+    await d.probes.probe_all()  # replicas join before the first job
     try:
         await asyncio.wait_for(body(d), 30)
     finally:

@@ -87,7 +87,7 @@ def test_two_iterations_recorded_and_the_second_uses_the_prior(sqlite_url: str) 
             links, config, config.resolve_policy("context-prior"), sink=store.writer, prior=spy
         )
         d.start()
-        await d.probe_all()
+        await d.probes.probe_all()
         try:
             lengths: dict[str, int] = {}
             for it in range(2):

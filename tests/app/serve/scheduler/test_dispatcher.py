@@ -136,7 +136,7 @@ def test_a_dead_replica_s_chunks_continue_elsewhere_and_finish_exactly_once() ->
             await asyncio.sleep(0.001)
         dead = next(iter(links.down))
         await asyncio.sleep(0.02)
-        assert d.replicas[dead].state is ReplicaState.DOWN
+        assert d.pool.replicas[dead].state is ReplicaState.DOWN
         links.down.clear()  # Serve restarted it: the next probe brings it back
         job = await d.wait("j")
         assert job.state is JobState.DONE, job.error
@@ -145,8 +145,8 @@ def test_a_dead_replica_s_chunks_continue_elsewhere_and_finish_exactly_once() ->
         }
         assert got == expected  # every request exactly once, continuing from returned tokens
         assert sum(len(g.responses) for g in job.results) == 16
-        await d.probe_all()
-        assert d.replicas[dead].state is ReplicaState.HEALTHY
+        await d.probes.probe_all()
+        assert d.pool.replicas[dead].state is ReplicaState.HEALTHY
 
     asyncio.run(run_dispatcher(links, service_config(), "divided", body))
 
@@ -170,9 +170,9 @@ def test_chunks_waiting_on_a_replica_that_became_unreachable_are_reclaimed() -> 
             f"j-g{g.prompt_index}-r{r.index}": r.token_ids for g in job.results for r in g.responses
         }
         assert got == expected
-        assert d.replicas[1].state is ReplicaState.DOWN
-        assert "unreachable" not in (d.replicas[1].error or "")  # the probe's own reason
-        assert "health probe failed" in (d.replicas[1].error or "")
+        assert d.pool.replicas[1].state is ReplicaState.DOWN
+        assert "unreachable" not in (d.pool.replicas[1].error or "")  # the probe's own reason
+        assert "health probe failed" in (d.pool.replicas[1].error or "")
 
     asyncio.run(run_dispatcher(links, service_config(replica_call_timeout_s=0.2), "divided", body))
 
@@ -183,17 +183,17 @@ def test_a_replica_that_keeps_failing_leaves_rotation_for_good() -> None:
 
     async def body(d: Dispatcher) -> None:
         for k in range(3):  # it answers probes, rejoins, and loses the next job's chunks again
-            await d.probe_all()
-            assert d.replicas[1].state is ReplicaState.HEALTHY
+            await d.probes.probe_all()
+            assert d.pool.replicas[1].state is ReplicaState.HEALTHY
             d.submit(job_plan(f"j{k}", prompts=6, g=4))
             job = await d.wait(f"j{k}")
             assert job.state is JobState.DONE, job.error
-        health = {h.replica_id: h for h in d.health()}
+        health = {h.replica_id: h for h in d.probes.health()}
         assert health["replica-1"].state is ReplicaState.FAILED
         assert health["replica-1"].failures == 3 and "died" in (health["replica-1"].error or "")
         assert health["replica-0"].state is ReplicaState.HEALTHY
-        await d.probe_all()  # answering probes does not bring a failed replica back
-        assert d.replicas[1].state is ReplicaState.FAILED
+        await d.probes.probe_all()  # answering probes does not bring a failed replica back
+        assert d.pool.replicas[1].state is ReplicaState.FAILED
 
     asyncio.run(run_dispatcher(links, service_config(max_replica_failures=3), "context", body))
 
@@ -219,11 +219,11 @@ def test_a_probe_answering_after_the_replica_failed_for_good_does_not_revive_it(
         d.submit(job_plan("j", prompts=6, g=4))
         job = await d.wait("j")
         assert job.state is JobState.DONE, job.error
-        assert d.replicas[1].state is ReplicaState.FAILED
+        assert d.pool.replicas[1].state is ReplicaState.FAILED
         gate.set()
         await probe
         await asyncio.sleep(0.2)  # the background probes answer too
-        assert d.replicas[1].state is ReplicaState.FAILED
+        assert d.pool.replicas[1].state is ReplicaState.FAILED
 
     asyncio.run(run_dispatcher(links, service_config(max_replica_failures=1), "context", body))
 
@@ -259,7 +259,7 @@ def test_stream_yields_every_group_once_in_completion_order() -> None:
         d.submit(job_plan("j", prompts=5, g=2))
         seen = [g.group_id async for g in d.stream("j")]
         assert sorted(seen) == sorted(f"j-g{i}" for i in range(5))
-        assert seen == [g.group_id for g in d.get("j").results]
+        assert seen == [g.group_id for g in d.book.get("j").results]
         assert d.status("j").progress.groups_done == 5
         late = [g.group_id async for g in d.stream("j")]  # a late reader gets them all too
         assert late == seen
@@ -285,7 +285,7 @@ def test_limits_answer_429_or_422_and_draining_503() -> None:
             d.submit(job_plan("e", prompts=1, g=1, max_tokens=40_000))
         assert e.value.status == 422 and "KV tokens" in e.value.message
         with pytest.raises(JobError) as e:
-            d.get("nope")
+            d.book.get("nope")
         assert e.value.status == 404
         d.cancel("a")
         d.submit(job_plan("c", prompts=1, g=2))  # room again
@@ -304,11 +304,12 @@ def test_policy_switch_waits_for_running_jobs_then_applies() -> None:
         d.submit(job_plan("a", prompts=2, g=2, max_tokens=40))
         await asyncio.sleep(0.005)
         d.set_policy(d.config.resolve_policy("context"))
-        assert d.policy == "context" and d.plan.name == "divided"  # pending while a runs
+        # pending while a runs
+        assert d.policies.next.name == "context" and d.policies.running.name == "divided"
         d.submit(job_plan("b", prompts=1, g=2, max_tokens=8))
         assert (await d.wait("a")).policy == "divided"
         assert (await d.wait("b")).policy == "context"
-        assert d.plan.name == "context"
+        assert d.policies.running.name == "context"
 
     asyncio.run(run_dispatcher(links, service_config(), "divided", body))
 
@@ -320,7 +321,7 @@ def test_job_past_request_timeout_is_cancelled_and_expires_after_ttl() -> None:
         d.submit(job_plan("slow", prompts=2, g=2, max_tokens=400))
         job = await d.wait("slow")
         assert job.state is JobState.CANCELLED and "request_timeout_s" in (job.error or "")
-        assert d.get("slow") is job  # readable for job_ttl_s after it ended
+        assert d.book.get("slow") is job  # readable for job_ttl_s after it ended
         deadline = time.monotonic() + 30  # then it expires (the loop checks once a second)
         while "slow" in d.book.jobs:
             assert time.monotonic() < deadline, "the job never expired"
@@ -328,7 +329,7 @@ def test_job_past_request_timeout_is_cancelled_and_expires_after_ttl() -> None:
             await asyncio.sleep(0.1)
         assert time.time() - (job.finished_at or 0) >= 0.5  # not before its ttl
         with pytest.raises(JobError):
-            d.get("slow")
+            d.book.get("slow")
 
     asyncio.run(
         run_dispatcher(links, service_config(request_timeout_s=0.3, job_ttl_s=0.5), "divided", body)
@@ -352,7 +353,7 @@ def test_engine_error_fails_only_its_job() -> None:
         bad = await d.wait("bad")
         assert bad.state is JobState.FAILED and "tokenizer exploded" in (bad.error or "")
         assert (await d.wait("good")).state is JobState.DONE
-        assert all(h.state is ReplicaState.HEALTHY for h in d.health())
+        assert all(h.state is ReplicaState.HEALTHY for h in d.probes.health())
 
     asyncio.run(run_dispatcher(links, service_config(), "context", body))
 
@@ -366,7 +367,7 @@ def test_progress_and_metrics() -> None:
         st = d.status("j")
         assert st.state is JobState.DONE and st.progress.requests_done == 4
         assert st.progress.output_tokens == sum(
-            r.length for g in d.get("j").results for r in g.responses
+            r.length for g in d.book.get("j").results for r in g.responses
         )
         assert st.progress.estimated_remaining_s == 0.0
         text = d.render_metrics().decode()
@@ -427,18 +428,18 @@ def test_speculation_settings_reach_every_replica_live_and_rejoining_ones_later(
         cfg = service_config()
         d = Dispatcher(links, cfg, cfg.resolve_policy("seer"), sink=sink, drafts=drafts)
         d.start()
-        await d.probe_all()
+        await d.probes.probe_all()
         try:
             links.down.add(2)
-            await d.probe_all()
-            assert d.replicas[2].state is ReplicaState.DOWN
-            state = await d.configure_speculation(new, "alice", "too slow on CPU")
+            await d.probes.probe_all()
+            assert d.pool.replicas[2].state is ReplicaState.DOWN
+            state = await d.speculation.set(new, "alice", "too slow on CPU", d.pool.live())
             assert state.version == 1 and state.settings["max_draft"] == 4
             assert [r.version for r in state.replicas] == [1, 1, -1]
             assert [e.speculation for e in links.engines[:2]] == [new, new]
             assert links.engines[2].speculation == DraftSettings()  # down: not reached yet
             links.down.clear()  # Serve restarted it (with the config's settings)
-            await d.probe_all()
+            await d.probes.probe_all()
             for _ in range(100):  # the re-apply runs as its own bounded task
                 if d.speculation.state().replicas[2].version == 1:
                     break
@@ -474,11 +475,11 @@ def test_two_concurrent_speculation_updates_both_land() -> None:
         cfg = service_config()
         d = Dispatcher(links, cfg, cfg.resolve_policy("seer"))
         d.start()
-        await d.probe_all()
+        await d.probes.probe_all()
         try:
             a, b = await asyncio.gather(
-                d.update_speculation({"max_draft": 4}, "alice"),
-                d.update_speculation({"enabled": False}, "bob"),
+                d.speculation.update({"max_draft": 4}, "alice", None, d.pool.live()),
+                d.speculation.update({"enabled": False}, "bob", None, d.pool.live()),
             )
             assert sorted([a.version, b.version]) == [1, 2]
             want = DraftSettings(enabled=False, max_draft=4)
@@ -556,7 +557,7 @@ def test_a_cancelled_job_s_partial_responses_keep_what_their_aborted_chunks_made
         assert job.state is JobState.CANCELLED and job.aborting
         await asyncio.wait_for(d.settle(job), 10)
         assert not job.aborting
-        groups = d.groups_so_far(job)
+        groups = job.groups_so_far()
         responses = [r for g in groups for r in g.responses]
         assert len(responses) == 4 and all(r.length > 0 for r in responses)
         for g in groups:

@@ -63,13 +63,13 @@ def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: 
         while sum(len(r.tokens) for r in job.plan.runs.values()) < 40:
             await asyncio.sleep(0.005)
         with pytest.raises(JobError, match="must be above") as bad:
-            await d.update_weights(str(ckpt), 0)
+            await d.updater.update(str(ckpt), 0)
         assert bad.value.status == 409
-        update = await d.update_weights(str(ckpt), None, abort_running=True)
+        update = await d.updater.update(str(ckpt), None, abort_running=True)
         assert update.version == 1 and update.previous_version == 0
         assert update.restarted_requests > 0 and update.aborted_chunks > 0
         assert sorted(update.replicas) == ["replica-0", "replica-1"]
-        assert d.weights.version == 1 and d.weights.path == str(ckpt)
+        assert d.updater.state.version == 1 and d.updater.state.path == str(ckpt)
         assert [e.weights_version for e in links.engines] == [1, 1]
         assert drafts.resets == 1  # the old policy's group texts are dropped there too
         done = await d.wait("w")
@@ -104,22 +104,22 @@ def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: 
     async def body(d: Dispatcher) -> None:
         links.down.add(1)  # replica 1 misses the update
         d.pool.set_state(1, ReplicaState.DOWN, "test: restarting")
-        update = await d.update_weights(str(ckpt), 2)
+        update = await d.updater.update(str(ckpt), 2)
         assert update.replicas == ["replica-0"]
         links.down.discard(1)
-        await d.probe_all()  # reports v0 -> out of rotation, loads v2 in the background
-        assert d.replicas[1].state is ReplicaState.STALE  # answers, not on the current weights
-        assert d.replicas[1].error == "runs weights v0, not v2"
-        assert [h.state for h in d.health()] == [ReplicaState.HEALTHY, ReplicaState.STALE]
+        await d.probes.probe_all()  # reports v0 -> out of rotation, loads v2 in the background
+        assert d.pool.replicas[1].state is ReplicaState.STALE  # answers, not on the current weights
+        assert d.pool.replicas[1].error == "runs weights v0, not v2"
+        assert [h.state for h in d.probes.health()] == [ReplicaState.HEALTHY, ReplicaState.STALE]
         for _ in range(200):
-            if d.replicas[1].state is ReplicaState.HEALTHY:
+            if d.pool.replicas[1].state is ReplicaState.HEALTHY:
                 break
             await asyncio.sleep(0.01)
-        assert d.replicas[1].state is ReplicaState.HEALTHY
+        assert d.pool.replicas[1].state is ReplicaState.HEALTHY
         assert links.engines[1].weights_version == 2
         with pytest.raises(JobError, match="no replica loaded"):
-            await d.update_weights(str(tmp_path / "missing"), 3)
-        assert d.weights.version == 2 and not d.weights.updating
+            await d.updater.update(str(tmp_path / "missing"), 3)
+        assert d.updater.state.version == 2 and not d.updater.state.updating
 
     asyncio.run(run_dispatcher(links, service_config(), "divided", body))
 
@@ -142,24 +142,25 @@ def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
 
     async def body(d: Dispatcher) -> None:
         with pytest.raises(JobError, match="not the expected") as refused:
-            await d.update_weights(str(ckpt), 1, digest="f" * 64)
-        assert refused.value.status == 503 and d.weights.version == 0
+            await d.updater.update(str(ckpt), 1, digest="f" * 64)
+        assert refused.value.status == 503 and d.updater.state.version == 0
         assert [e.weights_version for e in links.engines] == [0, 0, 0]  # nothing loaded
-        update = await d.update_weights(str(ckpt), 1, digest=good)
-        assert update.digest == good == d.weights.digest and len(update.replicas) == 3
-        assert {h.load.weights_version for h in d.health() if h.load} == {1}  # before a probe
+        update = await d.updater.update(str(ckpt), 1, digest=good)
+        assert update.digest == good == d.updater.state.digest and len(update.replicas) == 3
+        loaded = {h.load.weights_version for h in d.probes.health() if h.load}
+        assert loaded == {1}  # before a probe
         links.engines[2].weights_version = 0  # it restarted: synced, and verified, again
-        await d.probe_all()
-        assert d.replicas[2].state is ReplicaState.STALE
+        await d.probes.probe_all()
+        assert d.pool.replicas[2].state is ReplicaState.STALE
         for _ in range(200):
-            if d.replicas[2].state is ReplicaState.HEALTHY:
+            if d.pool.replicas[2].state is ReplicaState.HEALTHY:
                 break
             await asyncio.sleep(0.01)
         assert links.weight_loads[-1] == (2, str(ckpt), good)
         links.misreads.add(1)  # replica 1's storage shows it other bytes
-        update = await d.update_weights(str(ckpt), 2)
+        update = await d.updater.update(str(ckpt), 2)
         assert update.digest == good and sorted(update.replicas) == ["replica-0", "replica-2"]
         assert "0000" in update.failed_replicas["replica-1"]
-        assert d.replicas[1].state is ReplicaState.FAILED
+        assert d.pool.replicas[1].state is ReplicaState.FAILED
 
     asyncio.run(run_dispatcher(links, service_config(), "divided", body))

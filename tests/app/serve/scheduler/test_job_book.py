@@ -1,4 +1,5 @@
-"""JobBook: admission limits (422 per job, 409 id held, 429 open totals with Retry-After),
+"""JobBook: admission limits (422 per job or a response no replica holds, 409 id held, 429 open
+totals with Retry-After),
 lookup (404), expiry (ended jobs after job_ttl_s, open ones past request_timeout_s returned)."""
 
 from __future__ import annotations
@@ -19,28 +20,40 @@ def _plan(job_id: str, prompts: int = 1, g: int = 2, max_tokens: int = 10) -> Jo
     return expand(job_id, req, [[5, 6]] * prompts)
 
 
+ROOM = 1000  # KV tokens of the largest replica: every plan here fits
+
+
 def _book(**limits: int) -> JobBook:
     return JobBook(ServiceLimits(**limits), job_ttl_s=60, request_timeout_s=100)
 
 
 def _add(book: JobBook, plan: JobPlan, at: float = 0.0) -> Job:
-    book.check(plan)
+    book.check(plan, ROOM)
     job = Job(plan=plan, policy="context", created_at=at)
     book.add(job)
     return job
 
 
+def test_a_response_no_replica_can_hold_is_422_under_every_limit() -> None:
+    book = _book()
+    with pytest.raises(JobError) as e:
+        book.check(_plan("a", max_tokens=10), kv_room=11)  # prompt 2 + 10 tokens
+    assert e.value.status == 422 and "needs up to 12 KV tokens" in e.value.message
+    assert "largest replica holds 11" in e.value.message
+    book.check(_plan("a", max_tokens=10), kv_room=12)
+
+
 def test_per_job_limits_are_422_and_a_held_id_409() -> None:
     book = _book(max_job_requests=4, max_job_tokens=40)
     with pytest.raises(JobError) as e:
-        book.check(_plan("a", prompts=3, g=2))
+        book.check(_plan("a", prompts=3, g=2), ROOM)
     assert e.value.status == 422 and "max_job_requests=4" in e.value.message
     with pytest.raises(JobError) as e:
-        book.check(_plan("a", prompts=1, g=4, max_tokens=11))
+        book.check(_plan("a", prompts=1, g=4, max_tokens=11), ROOM)
     assert e.value.status == 422 and "max_job_tokens=40" in e.value.message
     _add(book, _plan("a"))
     with pytest.raises(JobError) as e:
-        book.check(_plan("a"))
+        book.check(_plan("a"), ROOM)
     assert e.value.status == 409
 
 
@@ -59,12 +72,12 @@ def test_open_totals_are_429_with_retry_after_until_a_job_closes(
     first = _add(book, _plan("a"))  # 2 requests, 20 tokens
     _add(book, _plan("b"))  # 4 requests, 40 tokens open
     with pytest.raises(JobError) as e:
-        book.check(_plan("c"))
+        book.check(_plan("c"), ROOM)
     assert e.value.status == 429 and name in e.value.message and e.value.retry_after_s == 7
     assert book.open_count == 2
     first.finish(JobState.DONE, None)
     book.closed(first)
-    book.check(_plan("c"))  # room again
+    book.check(_plan("c"), ROOM)  # room again
     assert [j.id for j in book.open_jobs()] == ["b"] and book.get("a") is first
 
 

@@ -1,0 +1,69 @@
+"""Health probes of the engine replicas, every ``health_period_s`` and on demand.
+
+Invariant: a replica is made HEALTHY only by a probe that found it answering on the current
+weights; one on other weights is STALE and loads them first (``WeightUpdater.out_of_date``), one
+that does not answer within ``replica_call_timeout_s`` is left to the pool (``ReplicaPool.probe``:
+DOWN, its chunks reclaimed). Each probe of a live replica is one ``ReplicaLoadSample`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from app.api import ReplicaHealth, ReplicaState
+from app.serve.scheduler.replica_pool import ReplicaPool
+from app.serve.scheduler.weight_updater import WeightUpdater
+from core.events import EventSink, ReplicaLoadSample
+
+
+class ReplicaProbes:
+    """The probes of every replica of ``pool`` (see the module invariant); ``reserved()``: the
+    KV tokens the scheduler holds reserved on each replica."""
+
+    def __init__(
+        self,
+        pool: ReplicaPool,
+        updater: WeightUpdater,
+        period_s: float,
+        reserved: Callable[[], list[int]],
+        sink: EventSink | None = None,
+    ) -> None:
+        self.pool = pool
+        self.updater = updater
+        self.period_s = period_s
+        self.reserved = reserved
+        self.sink = sink
+
+    async def probe(self, i: int) -> None:
+        """One bounded health probe of replica i: it rejoins when it answers on the current
+        weights (on others it loads them first)."""
+        load = await self.pool.probe(i)
+        if load is None or self.updater.out_of_date(i, load.weights_version):
+            return
+        if self.sink is not None:
+            self.sink.emit(
+                ReplicaLoadSample(
+                    self.pool[i].replica_id,
+                    time.time(),
+                    load.running,
+                    load.waiting,
+                    load.chunks_in_flight,
+                    load.kv_usage,
+                    self.reserved()[i],
+                )
+            )
+        self.pool.set_state(i, ReplicaState.HEALTHY)
+
+    async def probe_all(self) -> None:
+        await asyncio.gather(*(self.probe(i) for i in range(len(self.pool))))
+
+    async def forever(self) -> None:
+        """Probe every replica each ``period_s`` until cancelled."""
+        while True:
+            await self.probe_all()
+            await asyncio.sleep(self.period_s)
+
+    def health(self) -> list[ReplicaHealth]:
+        return self.pool.health(self.reserved())
