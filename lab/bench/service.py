@@ -8,9 +8,6 @@ for a rollout); ``close`` stops Serve and the Ray this object started, nothing e
 
 from __future__ import annotations
 
-import contextlib
-import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +33,8 @@ class RolloutRun:
 
 
 class ServiceBench:
-    """A local Ray + Serve with the Seer app on ``port`` (see the module invariant)."""
+    """A local Ray + Serve with the Seer app on ``port`` (``app.serve.local.LocalService``; see
+    the module invariant)."""
 
     def __init__(
         self,
@@ -46,46 +44,18 @@ class ServiceBench:
         rollout_timeout_s: float = 7200,
     ) -> None:
         import httpx
-        import ray
-        from ray import serve
 
-        self.url = f"http://127.0.0.1:{port}"
+        from app.serve.local import LocalService
+
         self.healthy_timeout_s = healthy_timeout_s
-        self.rollout_timeout_s = rollout_timeout_s
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-        try:
-            serve.start(http_options={"host": "127.0.0.1", "port": port})
-        except BaseException:
-            ray.shutdown()
-            raise
+        self.service = LocalService(port, num_cpus)
+        self.url = self.service.url
         self.client = httpx.Client(base_url=self.url, timeout=rollout_timeout_s)
 
     def deploy(self, args: Any, policy: str) -> None:
         """Deploy the app (``args``: an ``AppConfig`` or its dict) and wait until it is healthy
         and runs ``policy``."""
-        import httpx
-        from ray import serve
-
-        from app.serve.builder import build_app
-
-        serve.run(build_app(args), name="seer", route_prefix="/", blocking=False)
-        deadline = time.monotonic() + self.healthy_timeout_s
-        while True:
-            try:
-                h = self.client.get("/healthz", timeout=10)
-                if h.status_code == 200 and (h.json()["policy"], h.json()["status"]) == (
-                    policy,
-                    "ok",
-                ):
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the app did not become healthy with policy {policy} within "
-                    f"{self.healthy_timeout_s:g} s"
-                )
-            time.sleep(0.5)
+        self.service.deploy(args, self.healthy_timeout_s, policy=policy)
 
     def rollout(self, body: dict[str, Any]) -> RolloutRun:
         """POST ``body`` to /v1/rollouts and wait for it (``wait`` is set here)."""
@@ -105,14 +75,5 @@ class ServiceBench:
         return str(self.client.get("/metrics").text)
 
     def close(self) -> None:
-        import ray
-        from ray import serve
-
         self.client.close()
-        # Ray prints its shutdown warnings ("(raylet) Task ... failed") on stdout, where a
-        # benchmark's --json goes: they go to stderr
-        with contextlib.redirect_stdout(sys.stderr):
-            try:
-                serve.shutdown()
-            finally:
-                ray.shutdown()
+        self.service.close()

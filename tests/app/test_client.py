@@ -40,7 +40,7 @@ from app.client import (
     SeerHTTPError,
     WaitTimeoutError,
 )
-from tests.conftest import deploy, undeploy
+from app.serve.local import LocalService
 
 TOKEN = "t0ken"
 APP: dict[str, Any] = {
@@ -179,9 +179,9 @@ def test_every_call_sends_its_request_model_and_returns_the_answer_s_model() -> 
 
 
 @pytest.fixture(scope="module")
-def url(serve_port: int) -> Iterator[str]:
-    yield deploy(serve_port, APP)
-    undeploy()
+def url(local_service: LocalService) -> Iterator[str]:
+    yield local_service.deploy(APP)
+    local_service.delete()
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.serve.local import LocalService
 from tests.app.serve.fakes import FAKE_APP as APP
-from tests.conftest import deploy, undeploy
 
 pytestmark = pytest.mark.serve
 DOC = Path(__file__).resolve().parents[2] / "docs" / "integration.md"
@@ -28,9 +28,9 @@ def test_the_guide_shows_every_trainer_style() -> None:
 
 
 @pytest.fixture(scope="module")
-def url(serve_port: int) -> Iterator[str]:
-    yield deploy(serve_port, APP)
-    undeploy()
+def url(local_service: LocalService) -> Iterator[str]:
+    yield local_service.deploy(APP)
+    local_service.delete()
 
 
 def _samples(path: str, out: Any) -> list[dict[str, Any]]:

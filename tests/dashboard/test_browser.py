@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import deploy, free_port, undeploy
+from app.serve.local import LocalService
+from tests.conftest import free_port
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
@@ -52,7 +53,7 @@ def browser_ok() -> None:
 
 @pytest.fixture(scope="module")
 def service(
-    browser_ok: None, serve_port: int, tmp_path_factory: pytest.TempPathFactory
+    browser_ok: None, local_service: LocalService, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str]]:
     db = f"sqlite:///{tmp_path_factory.mktemp('dash-e2e') / 'seer.db'}"
     app: dict[str, Any] = {
@@ -66,8 +67,8 @@ def service(
         # ~100 tokens per response at 40 ms per token: a rollout of a few tens of seconds
         "engine": {"backend": "fake", "max_model_len": 1024, "fake_step_s": 0.04},
     }
-    yield deploy(serve_port, app), db
-    undeploy()
+    yield local_service.deploy(app), db
+    local_service.delete()
 
 
 @pytest.fixture(scope="module")

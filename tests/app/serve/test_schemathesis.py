@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import deploy, undeploy
+from app.serve.local import LocalService
 
 pytestmark = pytest.mark.serve
 
@@ -61,15 +61,17 @@ def fuzz_app(weights_root: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def fuzzed(serve_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def fuzzed(
+    local_service: LocalService, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
     """The app deployed as ``seer`` (replacing any other module's), with an empty checkpoint
     under its weights_root that the fake engines load."""
     root = tmp_path_factory.mktemp("weights")
     (root / "ckpt").mkdir()
     args = fuzz_app(root)
-    url = deploy(serve_port, args)
+    url = local_service.deploy(args)
     yield {"url": url, "args": args, "checkpoint": str(root / "ckpt")}
-    undeploy()
+    local_service.delete()
 
 
 def test_the_app_serves_its_deployment_schema(fuzzed: dict[str, Any]) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import VLLM_APP, deploy
+from app.serve.local import LocalService
+from tests.conftest import VLLM_APP
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +26,10 @@ def client(serve_url: str) -> httpx.Client:
 
 
 @pytest.fixture
-def use_policy(serve_url: str, serve_port: int, tiny_model: Path) -> Any:
+def use_policy(serve_url: str, local_service: LocalService, tiny_model: Path) -> Any:
     def switch(policy: str) -> None:
         engine = {**VLLM_APP["engine"], "model": str(tiny_model)}
-        deploy(serve_port, {**VLLM_APP, "engine": engine, "policy": policy})
+        local_service.deploy({**VLLM_APP, "engine": engine, "policy": policy})
         assert httpx.get(f"{serve_url}/healthz").json()["policy"] == policy
 
     yield switch

@@ -22,16 +22,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.serve.local import LocalService
 from tests.app.serve.fakes import FAKE_APP as APP
-from tests.conftest import deploy, undeploy
 
 pytestmark = pytest.mark.serve
 
 
 @pytest.fixture(scope="module")
-def url(serve_port: int) -> Iterator[str]:
-    yield deploy(serve_port, APP)
-    undeploy()
+def url(local_service: LocalService) -> Iterator[str]:
+    yield local_service.deploy(APP)
+    local_service.delete()
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +320,7 @@ def test_healthz_says_where_each_replica_runs(client: httpx.Client) -> None:
 
 
 def test_policy_change_reconfigures_without_restarting(
-    client: httpx.Client, serve_port: int
+    client: httpx.Client, local_service: LocalService
 ) -> None:
     before = {r["replica_id"]: r["since"] for r in client.get("/healthz").json()["replicas"]}
     r = client.post(
@@ -329,7 +329,7 @@ def test_policy_change_reconfigures_without_restarting(
     )
     assert r.status_code == 422 and "runs policy 'divided'" in r.text
     try:
-        deploy(serve_port, {**APP, "policy": "context"})
+        local_service.deploy({**APP, "policy": "context"})
         health = client.get("/healthz").json()
         assert health["policy"] == "context"
         assert {r["replica_id"]: r["since"] for r in health["replicas"]} == before  # no restart
@@ -345,7 +345,7 @@ def test_policy_change_reconfigures_without_restarting(
         ).json()
         assert out["policy"] == "context"
     finally:
-        deploy(serve_port, APP)
+        local_service.deploy(APP)
 
 
 def test_metrics_in_prometheus_format(client: httpx.Client) -> None:

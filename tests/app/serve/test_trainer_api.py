@@ -21,17 +21,17 @@ import pytest
 
 from app.client import SeerClient
 from app.engines.config import EngineConfig
+from app.serve.local import LocalService
 from tests.app.serve.fakes import FAKE_APP as APP
-from tests.conftest import deploy, undeploy
 
 pytestmark = pytest.mark.serve
 TOKEN = APP["operator_token"]
 
 
 @pytest.fixture(scope="module")
-def url(serve_port: int) -> Iterator[str]:
-    yield deploy(serve_port, APP)
-    undeploy()
+def url(local_service: LocalService) -> Iterator[str]:
+    yield local_service.deploy(APP)
+    local_service.delete()
 
 
 @pytest.fixture(scope="module")
