@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from app.env import dashboard_refresh_s, database_url, service_url
 from app.store.config import check_url, resolve_url
+from core.bounds import check_range
 
 DEFAULT_SERVICE_URL = "http://127.0.0.1:8000"
 
@@ -23,26 +24,21 @@ class DashboardConfig:
     service_url: str  # the Seer service's HTTP base URL, http(s)://...
     refresh_s: float = 3.0  # live pages re-query every refresh_s seconds, [0.5, 3600]
     bucket_s: float = 10.0  # time buckets of the speculation charts, [1, 86400]
-    http_timeout_s: float = 3.0  # each call to the service gives up after this, (0, 60]
+    http_timeout_s: float = 3.0  # each call to the service gives up after this, [0.001, 60]
     history_jobs: int = 20  # jobs on the History page, [1, 1000]
-    load_window_s: float = 300.0  # replica load shown: the job's last this-many seconds
-    timeline_requests: int = 200  # request rows of the job timeline (those that ended last)
+    load_window_s: float = 300.0  # replica load shown: the job's last this-many s, [1, 86400]
+    timeline_requests: int = 200  # request rows of the job timeline (ended last), [1, 5000]
 
     def __post_init__(self) -> None:
         check_url(self.database_url)
         if not self.service_url.startswith(("http://", "https://")):
             raise ValueError(f"service URL {self.service_url!r} must start with http(s)://")
-        _bounded("refresh_s", self.refresh_s, 0.5, 3600)
-        _bounded("bucket_s", self.bucket_s, 1, 86_400)
-        _bounded("http_timeout_s", self.http_timeout_s, 0.001, 60)
-        _bounded("history_jobs", self.history_jobs, 1, 1000)
-        _bounded("load_window_s", self.load_window_s, 1, 86_400)
-        _bounded("timeline_requests", self.timeline_requests, 1, 5000)
-
-
-def _bounded(name: str, value: float, lo: float, hi: float) -> None:
-    if not lo <= value <= hi:
-        raise ValueError(f"{name}={value} must be in [{lo}, {hi}]")
+        check_range("refresh_s", self.refresh_s, 0.5, 3600)
+        check_range("bucket_s", self.bucket_s, 1, 86_400)
+        check_range("http_timeout_s", self.http_timeout_s, 0.001, 60)
+        check_range("history_jobs", self.history_jobs, 1, 1000)
+        check_range("load_window_s", self.load_window_s, 1, 86_400)
+        check_range("timeline_requests", self.timeline_requests, 1, 5000)
 
 
 def parse_config(argv: Sequence[str], env: Mapping[str, str] | None = None) -> DashboardConfig:
