@@ -120,3 +120,38 @@ def serve_url(tiny_model: Path, local_service: Any) -> Iterator[str]:
     yield local_service.deploy(args)
     local_service.delete()
 
+
+#: how many test modules the run's time report lists (``./test.sh`` prints it at the end)
+SLOWEST_MODULES = 10
+
+
+def module_times(reports: Any) -> list[tuple[str, float, int]]:
+    """(module, seconds, tests) per test module, slowest first: setup, call and teardown of
+    every test in it (a session fixture's start counts to the module that first used it)."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, set[str]] = {}
+    for report in reports:
+        module = report.nodeid.split("::")[0]
+        seconds[module] = seconds.get(module, 0.0) + report.duration
+        tests.setdefault(module, set()).add(report.nodeid)
+    rows = [(m, s, len(tests[m])) for m, s in seconds.items()]
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The time of the run per test module, the slowest ``SLOWEST_MODULES`` (CI's budget is
+    kept per module: CONTRIBUTING.md)."""
+    reports = [
+        r
+        for key in ("passed", "failed", "error", "skipped")
+        for r in terminalreporter.stats.get(key, [])
+        if hasattr(r, "duration") and getattr(r, "nodeid", "")
+    ]
+    rows = module_times(reports)
+    if not rows:
+        return
+    total = sum(s for _, s, _ in rows)
+    terminalreporter.write_sep("=", f"slowest {SLOWEST_MODULES} test modules")
+    for module, s, n in rows[:SLOWEST_MODULES]:
+        terminalreporter.write_line(f"{s:8.1f} s  {100 * s / total:5.1f}%  {n:4d} tests  {module}")
+    terminalreporter.write_line(f"{total:8.1f} s  in {len(rows)} modules")
