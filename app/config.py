@@ -17,21 +17,16 @@ from app.engines.config import EngineConfig
 from app.store.config import StoreConfig
 from core.drafting.step_drafter import DraftSettings
 from core.scheduling.config import DEFAULT_CHUNK_TOKENS, SchedulerConfig
-from core.scheduling.policies import POLICIES, PolicyPlan, get_policy
+from core.scheduling.policies import PolicyKind, PolicyPlan, get_policy, policies_of
 
-
-def _servable(name: str) -> bool:
-    """A policy the service can run: anything but the oracles (they need true lengths). Length
-    priors come from the store (``context-prior`` runs without one when the store is off);
-    speculating policies (``seer``) draft on replicas whose engine speculates (vLLM with
-    ``speculation.method: grouped``, the default) and run as their non-speculating twin
-    elsewhere."""
-    plan = POLICIES[name](SchedulerConfig())
-    return not plan.config.ordering.startswith("oracle")
-
-
-#: Policies of ``core.scheduling.policies`` the Serve app runs (derived, never listed by hand).
-SERVICE_POLICIES = tuple(name for name in POLICIES if _servable(name))
+#: Policies of ``core.scheduling.policies`` the Serve app runs (derived, never listed by hand):
+#: every kind but the yardsticks (they need the true lengths), recommended first. Length priors
+#: come from the store (``context-prior`` runs without one when the store is off); speculating
+#: policies (``seer``) draft on replicas whose engine speculates (vLLM with
+#: ``speculation.method: grouped``, the default) and run as their non-speculating twin elsewhere.
+SERVICE_POLICIES = tuple(
+    name for kind in PolicyKind if kind is not PolicyKind.YARDSTICK for name in policies_of(kind)
+)
 
 
 #: The policy of a config that names none: divided rollout + context-aware ordering, which needs

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from core.scheduling.policies import POLICIES
+from core.scheduling.policies import listed_by_kind
 
 if TYPE_CHECKING:
     from core.sim.report import SimulationReport
@@ -55,7 +55,7 @@ def simulate(
     policies: Annotated[
         str,
         typer.Option(
-            help="comma-separated, any of: " + ", ".join(POLICIES) + " (docs/scheduling.md)"
+            help="comma-separated, any of (by kind) " + listed_by_kind() + " (docs/scheduling.md)"
         ),
     ] = DEFAULT_POLICIES,
     seed: Annotated[int, typer.Option(help="seed of the workload's lengths")] = 0,

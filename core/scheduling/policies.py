@@ -3,6 +3,11 @@
 Invariant: a policy is a plain function ``(base config) -> (scheduler config, speculate)``; it
 changes only the fields that define it (divided or not, ordering, probes), so chunk size,
 routing and estimator settings given by the caller apply to every divided policy alike.
+
+Every policy has one ``PolicyKind`` (``KINDS``): what a user runs (``recommended``: ``context``,
+``seer``; ``variant``: ours, measured beside them), what they are compared with (``baseline``),
+the paper's own rules as published (``paper``), and the clairvoyant ``yardstick`` policies,
+which know the true lengths and exist only in the simulator.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from core.scheduling.config import SchedulerConfig
 
@@ -112,6 +118,16 @@ def oracle_cap(base: SchedulerConfig) -> PolicyPlan:
     return _plan("oracle-cap", base, False, divided=True, ordering="oracle-cap", probes=True)
 
 
+class PolicyKind(Enum):
+    """What a policy is for (see the module docstring)."""
+
+    RECOMMENDED = "recommended"
+    VARIANT = "variant"
+    BASELINE = "baseline"
+    PAPER = "paper"
+    YARDSTICK = "yardstick"
+
+
 POLICIES: dict[str, PolicyFn] = {
     "verl": verl,
     "divided": divided,
@@ -136,3 +152,30 @@ def get_policy(name: str, base: SchedulerConfig | None = None) -> PolicyPlan:
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; valid: {sorted(POLICIES)}") from None
     return fn(base if base is not None else SchedulerConfig())
+
+
+KINDS: dict[str, PolicyKind] = {
+    "verl": PolicyKind.BASELINE,
+    "divided": PolicyKind.BASELINE,
+    "context": PolicyKind.RECOMMENDED,
+    "seer": PolicyKind.RECOMMENDED,
+    "context-hedge": PolicyKind.VARIANT,
+    "context-prior": PolicyKind.VARIANT,
+    "seer-prior": PolicyKind.VARIANT,
+    "context-max": PolicyKind.PAPER,
+    "seer-paper": PolicyKind.PAPER,
+    "oracle": PolicyKind.YARDSTICK,
+    "oracle-seer": PolicyKind.YARDSTICK,
+    "oracle-group": PolicyKind.YARDSTICK,
+    "oracle-cap": PolicyKind.YARDSTICK,
+}
+
+
+def policies_of(kind: PolicyKind) -> tuple[str, ...]:
+    """The names of the policies of ``kind``, in ``POLICIES``' order."""
+    return tuple(name for name in POLICIES if KINDS[name] is kind)
+
+
+def listed_by_kind() -> str:
+    """Every policy name, grouped by kind (recommended first): for help texts."""
+    return "; ".join(f"{kind.value}: {', '.join(policies_of(kind))}" for kind in PolicyKind)

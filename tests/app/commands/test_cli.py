@@ -138,7 +138,7 @@ def test_serve_config_loads_with_overrides(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="num_replicas"):
         load_app_config(bad, {})
     bad.write_text("applications:\n  - args:\n      policy: fastest\n")
-    with pytest.raises(ValueError, match="unknown policy 'fastest'; valid names: verl"):
+    with pytest.raises(ValueError, match="unknown policy 'fastest'; valid names: context, seer, "):
         load_app_config(bad, {})
     result = CliRunner().invoke(cli, ["serve", "--config", str(tmp_path / "missing.yaml")])
     assert result.exit_code == 2 and "cannot read" in result.output
