@@ -40,7 +40,7 @@ def speculate_mixed(
     params: SpeculationParams,
 ) -> Draft:
     """Draft for the text ending at ``group_end`` in ``group`` and at ``own_end`` in ``own``."""
-    if params.max_tokens == 0:
+    if params.max_draft == 0:
         return EMPTY_DRAFT
     start = match_state(group, group_end)
     w = params.own_weight
@@ -74,5 +74,5 @@ def speculate_mixed(
 
     o_state = match_state(own, own_end)
     first = ((start, group.length(start)), (o_state, own.length(o_state)))
-    tokens, parents, probs = grow_tree(expand, first, params.max_tokens)
+    tokens, parents, probs = grow_tree(expand, first, params.max_draft)
     return Draft(tuple(tokens), tuple(parents), tuple(probs), group.length(start))

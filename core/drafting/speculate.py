@@ -11,7 +11,7 @@ is SuffixDecoding's estimate. Own-text scoring (when the caller names the reques
 its estimate in the path probability (siblings are other samples: their continuations are
 accepted about half as often as their counts say). A node is kept only while its path
 probability is >= ``min_token_prob``. Trees grow best-first by path probability (ties: older
-first), at most ``width`` children per node and ``max_tokens`` nodes in all, so width 1 is the
+first), at most ``width`` children per node and ``max_draft`` nodes in all, so width 1 is the
 highest-ranked path, one node at a time. Short contexts with many continuations are read from
 the automaton's cached top list (counts at most 5% stale), so one draft node costs O(16)
 whatever the group's vocabulary.
@@ -41,7 +41,7 @@ NEW_FROM_WIDE = 4
 class SpeculationParams:
     """What one speculation may return, and how candidates are scored."""
 
-    max_tokens: int = 8  # draft tokens in all (tree nodes), 0..MAX_DRAFT_TOKENS; 0 = no draft
+    max_draft: int = 8  # draft tokens in all (tree nodes), 0..MAX_DRAFT_TOKENS; 0 = no draft
     width: int = 1  # children kept per node, 1..MAX_WIDTH; 1 = single path
     # stop a path once its probability falls below, in [0, 1]. SuffixDecoding uses 0.1 on raw
     # counts; with own-text scoring (sibling-only continuations discounted) 0.01 drafts about
@@ -63,10 +63,8 @@ class SpeculationParams:
     sibling_discount: float = 0.6
 
     def __post_init__(self) -> None:
-        if not 0 <= self.max_tokens <= MAX_DRAFT_TOKENS:
-            raise ValueError(
-                f"max_tokens must be in [0, {MAX_DRAFT_TOKENS}], got {self.max_tokens}"
-            )
+        if not 0 <= self.max_draft <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"max_draft must be in [0, {MAX_DRAFT_TOKENS}], got {self.max_draft}")
         if not 1 <= self.width <= MAX_WIDTH:
             raise ValueError(f"width must be in [1, {MAX_WIDTH}], got {self.width}")
         if not 0.0 <= self.min_token_prob <= 1.0:
@@ -254,13 +252,13 @@ def grow_tree(
 def speculate(
     sam: SuffixAutomaton, end_state: int, params: SpeculationParams, own: int | None = None
 ) -> Draft:
-    """Draft up to ``params.max_tokens`` tokens continuing the text that ends at ``end_state``.
+    """Draft up to ``params.max_draft`` tokens continuing the text that ends at ``end_state``.
 
     ``own``: the source bits of the request's own text (``SuffixAutomaton.extend``), which
     turns on own-text scoring; None = no source information (plain estimates; every text is
     the request's own, as in per-request suffix decoding).
     """
-    if params.max_tokens == 0:
+    if params.max_draft == 0:
         return EMPTY_DRAFT
     start = match_state(sam, end_state)
     min_p = params.min_token_prob
@@ -290,5 +288,5 @@ def speculate(
             out.append((pp, t, u))
         return out
 
-    tokens, parents, probs = grow_tree(expand, start, params.max_tokens)
+    tokens, parents, probs = grow_tree(expand, start, params.max_draft)
     return Draft(tuple(tokens), tuple(parents), tuple(probs), sam.length(start))

@@ -23,13 +23,13 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.drafting.acceptance import AcceptanceEstimator
 from core.drafting.adaptive import AdaptiveDraftConfig, DraftCandidate, choose_draft_lengths
 from core.drafting.draft import Draft
 from core.drafting.shared import SyncBatch, SyncClient, SyncReply, apply_update
-from core.drafting.speculate import MAX_DRAFT_TOKENS
+from core.drafting.speculate import MAX_DRAFT_TOKENS, SpeculationParams
 from core.drafting.step_time import StepTimeModel
 from core.drafting.store import DEFAULT_PARAMS, DraftStore
 
@@ -239,11 +239,12 @@ class StepDrafter:
             return out
         t0 = self.clock()
         offered: dict[int, Draft] = {}  # row index -> its non-empty draft
+        scoring = SpeculationParams(min_token_prob=s.min_token_prob)  # one path per draft
         for i, (row, st) in enumerate(zip(rows, states, strict=True)):
             k = min(cap, row.max_draft)
             if k <= 0:
                 continue
-            d = self.store.speculate(st.group_id, st.key, k, 1, s.min_token_prob)
+            d = self.store.speculate(st.group_id, st.key, replace(scoring, max_draft=k))
             if d.tokens:
                 offered[i] = d
         self._draft_seconds += self.clock() - t0

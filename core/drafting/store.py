@@ -9,6 +9,7 @@ identical to the source at the delta's ``to_version``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -16,7 +17,7 @@ from core.drafting.draft import Draft
 from core.drafting.group import DraftLifecycleError, GroupIndex, GroupMemory
 from core.drafting.speculate import SpeculationParams
 
-DEFAULT_PARAMS = SpeculationParams()  # the defaults of every speculate keyword below
+DEFAULT_PARAMS = SpeculationParams()  # what a speculation given no params uses
 
 
 class TokenRun(BaseModel):
@@ -84,69 +85,24 @@ class DraftStore:
         self.group(group_id).add_tokens(request_id, token_ids)
 
     def speculate(
-        self,
-        group_id: str,
-        request_id: str,
-        max_tokens: int,
-        width: int = 1,
-        min_token_prob: float = DEFAULT_PARAMS.min_token_prob,
-        backoff: int = DEFAULT_PARAMS.backoff,
-        smoothing: float = DEFAULT_PARAMS.smoothing,
-        own_weight: float = DEFAULT_PARAMS.own_weight,
-        own_boost: float = DEFAULT_PARAMS.own_boost,
-        sibling_discount: float = DEFAULT_PARAMS.sibling_discount,
+        self, group_id: str, request_id: str, params: SpeculationParams = DEFAULT_PARAMS
     ) -> Draft:
-        """Draft for a request: up to ``max_tokens`` nodes, ``width`` branches per node.
-
-        ``backoff``/``smoothing``/``own_weight``/``own_boost``/``sibling_discount``: see
-        ``SpeculationParams`` (backoff 0 = SuffixDecoding counts; own_boost 0 with
-        sibling_discount 1 = no own-text scoring; own_weight > 0 needs a store built with
-        ``own_index=True``).
-        """
-        params = SpeculationParams(
-            max_tokens=max_tokens,
-            width=width,
-            min_token_prob=min_token_prob,
-            backoff=backoff,
-            smoothing=smoothing,
-            own_weight=own_weight,
-            own_boost=own_boost,
-            sibling_discount=sibling_discount,
-        )
+        """Draft for a request: up to ``params.max_draft`` nodes, ``params.width`` branches per
+        node, scored as ``params`` says (``SpeculationParams``; ``own_weight`` > 0 needs a store
+        built with ``own_index=True``)."""
         return self.group(group_id).speculate(request_id, params)
 
     def batch_speculate(
-        self,
-        requests: Sequence[tuple[str, str, int]],
-        width: int = 1,
-        min_token_prob: float = DEFAULT_PARAMS.min_token_prob,
-        backoff: int = DEFAULT_PARAMS.backoff,
-        smoothing: float = DEFAULT_PARAMS.smoothing,
-        own_weight: float = DEFAULT_PARAMS.own_weight,
-        own_boost: float = DEFAULT_PARAMS.own_boost,
-        sibling_discount: float = DEFAULT_PARAMS.sibling_discount,
+        self, requests: Sequence[tuple[str, str, int]], params: SpeculationParams = DEFAULT_PARAMS
     ) -> list[Draft]:
-        """The paper's ``batch_speculate``: one draft per (group_id, request_id, max_tokens).
+        """The paper's ``batch_speculate``: one draft per (group_id, request_id, max_draft),
+        each scored as ``params`` says.
 
         Every group is checked before any draft is made, so a bad id fails the whole batch.
         """
         for group_id, _, _ in requests:
             self.group(group_id)
-        return [
-            self.speculate(
-                g,
-                r,
-                k,
-                width,
-                min_token_prob,
-                backoff,
-                smoothing,
-                own_weight,
-                own_boost,
-                sibling_discount,
-            )
-            for g, r, k in requests
-        ]
+        return [self.speculate(g, r, replace(params, max_draft=k)) for g, r, k in requests]
 
     def release_group(self, group_id: str) -> None:
         self.group(group_id)

@@ -70,7 +70,7 @@ class SelfSuffixDrafter:
         self._ends[request] = self._sams[request].extend(self._ends[request], token)
 
     def draft(self, request: int, max_tokens: int) -> Draft:
-        params = replace(self._template, max_tokens=max_tokens)
+        params = replace(self._template, max_draft=max_tokens)
         return speculate(self._sams[request], self._ends[request], params)
 
 
@@ -92,19 +92,8 @@ class GroupedDrafter:
         self._index.add_token(self._ids[request], token)
 
     def draft(self, request: int, max_tokens: int) -> Draft:
-        t = self._t
-        return self.store.speculate(
-            self.GROUP,
-            self._ids[request],
-            max_tokens,
-            width=t.width,
-            min_token_prob=t.min_token_prob,
-            backoff=t.backoff,
-            smoothing=t.smoothing,
-            own_weight=t.own_weight,
-            own_boost=t.own_boost,
-            sibling_discount=t.sibling_discount,
-        )
+        params = replace(self._t, max_draft=max_tokens)
+        return self.store.speculate(self.GROUP, self._ids[request], params)
 
 
 def _grouped(width: int) -> DrafterFactory:

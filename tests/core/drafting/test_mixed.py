@@ -62,9 +62,9 @@ def test_store_with_own_index_round_trips_and_accounts_memory():
     dst = DraftStore(own_index=True)
     dst.import_delta(src.export_since("g"))
     dst.check_integrity("g")
-    kw = {"width": 2, "own_weight": 0.4, "min_token_prob": 0.0}
-    assert dst.speculate("g", "a", 4, **kw) == src.speculate("g", "a", 4, **kw)
-    assert src.batch_speculate([("g", "a", 4)], **kw) == [src.speculate("g", "a", 4, **kw)]
+    params = SpeculationParams(max_draft=4, width=2, own_weight=0.4, min_token_prob=0.0)
+    assert dst.speculate("g", "a", params) == src.speculate("g", "a", params)
+    assert src.batch_speculate([("g", "a", 4)], params) == [src.speculate("g", "a", params)]
     plain = DraftStore()
     plain.register_group("g", [5, 6])
     plain.add_tokens("g", "a", [1, 2, 1, 2])
@@ -90,7 +90,7 @@ def test_mixed_drafts_are_well_formed_trees(own, other, max_tokens, width, w, mi
     mine = SuffixAutomaton()
     o_end = mine.extend_all(ROOT, own)
     params = SpeculationParams(
-        max_tokens=max_tokens, width=width, min_token_prob=min_p, own_weight=w
+        max_draft=max_tokens, width=width, min_token_prob=min_p, own_weight=w
     )
     d = speculate_mixed(group, g_end, mine, o_end, params)
     assert len(d) <= max_tokens

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.drafting.group import DraftLifecycleError, GroupIndex
+from core.drafting.speculate import SpeculationParams
 from core.drafting.store import DraftStore, GroupDelta, TokenRun
 
 appends = st.lists(
@@ -38,7 +39,9 @@ def test_incremental_export_import_round_trip(ops, cut):
     assert _snapshot(replica, "g") == _snapshot(src, "g")
     replica.check_integrity("g")
     for r in {r for r, _ in ops}:
-        assert replica.speculate("g", r, 4, width=2) == src.speculate("g", r, 4, width=2)
+        assert replica.speculate("g", r, SpeculationParams(max_draft=4, width=2)) == src.speculate(
+            "g", r, SpeculationParams(max_draft=4, width=2)
+        )
 
 
 def test_delta_crosses_json():
@@ -76,7 +79,7 @@ def test_lifecycle_misuse_is_loud():
     with pytest.raises(DraftLifecycleError, match="group 'g' is not registered"):
         s.add_tokens("g", "a", [1])
     with pytest.raises(DraftLifecycleError, match="not registered"):
-        s.speculate("g", "a", 4)
+        s.speculate("g", "a", SpeculationParams(max_draft=4))
     with pytest.raises(DraftLifecycleError, match="not registered"):
         s.release_group("g")
     s.register_group("g", [1])
@@ -156,7 +159,11 @@ def test_batch_speculate_matches_single_calls_and_fails_whole():
     s.add_tokens("g", "a", [3, 4, 5, 1, 2])
     s.add_tokens("h", "b", [8, 9, 7])
     got = s.batch_speculate([("g", "a", 2), ("h", "b", 4), ("g", "new", 3)])
-    assert got == [s.speculate("g", "a", 2), s.speculate("h", "b", 4), s.speculate("g", "new", 3)]
+    assert got == [
+        s.speculate("g", "a", SpeculationParams(max_draft=2)),
+        s.speculate("h", "b", SpeculationParams(max_draft=4)),
+        s.speculate("g", "new", SpeculationParams(max_draft=3)),
+    ]
     assert got[0].tokens == (3, 4) and got[1].tokens[:2] == (8, 9)
     with pytest.raises(DraftLifecycleError, match="group 'x' is not registered"):
         s.batch_speculate([("g", "a", 2), ("x", "b", 2)])
@@ -166,7 +173,9 @@ def test_speculate_defaults_and_new_request_drafts_from_prompt():
     s = DraftStore()
     s.register_group("g", [1, 2])
     s.add_tokens("g", "a", [3, 4, 5])
-    d = s.speculate("g", "new", 8)  # defaults: width 1, min_token_prob 0.05
+    d = s.speculate(
+        "g", "new", SpeculationParams(max_draft=8)
+    )  # defaults: width 1, min_token_prob 0.05
     assert d.tokens == (3, 4, 5) and d.is_path and d.match_length == 2
 
 
