@@ -63,7 +63,7 @@ class RequestRun:
             response_index=self.index,
             prompt_token_ids=self.prompt,
             generated_token_ids=list(self.tokens),
-            max_new_tokens=decision.max_new_tokens,
+            chunk_cap=decision.chunk_cap,
             max_tokens=self.max_tokens,
             sampling=self.sampling,
             logprobs=self.logprobs,

@@ -44,7 +44,7 @@ async def generate_response(
                 response_index=index,
                 prompt_token_ids=prompt,
                 generated_token_ids=run.tokens,
-                max_new_tokens=chunk_tokens,
+                chunk_cap=chunk_tokens,
                 max_tokens=max_tokens,
                 sampling=sampling,
                 is_probe=index == 0,

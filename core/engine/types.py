@@ -2,7 +2,7 @@
 
 Divided rollout sends every request as a sequence of chunks. Invariant: a chunk continues a
 request exactly where the previous chunk stopped; ``prompt_token_ids + generated_token_ids`` is
-the full context, and the chunk generates at most ``max_new_tokens`` more tokens. A request is
+the full context, and the chunk generates at most ``chunk_cap`` more tokens. A request is
 finished when a chunk ends with ``stop`` (EOS / stop token) or ``length`` (the request's own
 ``max_tokens`` reached); ``chunk`` means "chunk budget used, re-queue me".
 """
@@ -66,7 +66,7 @@ class ChunkRequest(BaseModel):
     response_index: int = Field(0, ge=0, description="which of its group's G responses this is")
     prompt_token_ids: list[int] = Field(min_length=1)
     generated_token_ids: list[int] = Field(default_factory=list)
-    max_new_tokens: int = Field(ge=1, description="new tokens allowed in this chunk")
+    chunk_cap: int = Field(ge=1, description="new tokens allowed in this chunk")
     max_tokens: int = Field(ge=1, description="the request's own cap on generated tokens")
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     logprobs: bool = True
@@ -87,8 +87,8 @@ class ChunkRequest(BaseModel):
 
     @property
     def chunk_budget(self) -> int:
-        """New tokens this chunk may produce: min(max_new_tokens, max_tokens - generated)."""
-        return min(self.max_new_tokens, self.max_tokens - len(self.generated_token_ids))
+        """New tokens this chunk may produce: min(chunk_cap, max_tokens - generated)."""
+        return min(self.chunk_cap, self.max_tokens - len(self.generated_token_ids))
 
     def budget_within(self, max_model_len: int) -> int:
         """The chunk budget capped by the context limit; ValueError when no token fits."""

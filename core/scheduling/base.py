@@ -437,7 +437,7 @@ class BaseScheduler(ABC):
             group_id=self.groups.group_id[q.group[r]],
             replica=rep,
             generated=gen,
-            max_new_tokens=budget,
+            chunk_cap=budget,
             priority=0 if probe else 1,
             is_probe=probe,
             migrate_tokens=migrate,

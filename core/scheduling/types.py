@@ -76,7 +76,7 @@ class ReplicaSpec:
 class ChunkDecision:
     """Run the next chunk of ``request_id`` on replica index ``replica``.
 
-    The chunk continues from ``generated`` tokens and may produce at most ``max_new_tokens``.
+    The chunk continues from ``generated`` tokens and may produce at most ``chunk_cap``.
     ``priority``: lower runs first inside the engine (probes 0, others 1). ``is_probe``: the
     group's speculative (probe) request. ``migrate_tokens``: context tokens whose KV is not on
     this replica (0 when the replica already holds the request's KV, or for a fresh request
@@ -87,7 +87,7 @@ class ChunkDecision:
     group_id: str
     replica: int
     generated: int
-    max_new_tokens: int
+    chunk_cap: int
     priority: int
     is_probe: bool
     migrate_tokens: int

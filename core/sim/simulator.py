@@ -201,7 +201,7 @@ def simulate(
             if e not in touched:
                 inst.sync(now)
                 touched.add(e)
-            produce = min(d.max_new_tokens, true_len[k] - d.generated)
+            produce = min(d.chunk_cap, true_len[k] - d.generated)
             chunk_start[k] = d.generated
             stall = 0.0
             if d.generated == 0:

@@ -43,10 +43,10 @@ def _complete(s: BaseScheduler, chunks: list[ChunkDecision], lengths: dict[str, 
     """Report ``chunks`` as an engine would: stop at the true length, else a full chunk."""
     for d in chunks:
         left = lengths[d.request_id] - d.generated
-        if left <= d.max_new_tokens:
+        if left <= d.chunk_cap:
             s.complete(d.request_id, left, FinishReason.STOP)
         else:
-            s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+            s.complete(d.request_id, d.chunk_cap, FinishReason.CHUNK)
 
 
 def bench_dispatch(

@@ -40,7 +40,7 @@ async def _drive(engine: SimEngine, concurrency: int, chunk: int, tag: str) -> t
                     response_index=j,
                     prompt_token_ids=prompt,
                     generated_token_ids=generated,
-                    max_new_tokens=chunk,
+                    chunk_cap=chunk,
                     max_tokens=cap,
                 )
                 res = await engine.run_chunk(req)

@@ -8,7 +8,7 @@ from core.engine import ChunkRequest, ChunkResult, FinishReason, SamplingParams
 
 def _req(**kw: object) -> ChunkRequest:
     base: dict[str, object] = dict(
-        request_id="r", group_id="g", prompt_token_ids=[1, 2], max_new_tokens=8, max_tokens=20
+        request_id="r", group_id="g", prompt_token_ids=[1, 2], chunk_cap=8, max_tokens=20
     )
     base.update(kw)
     return ChunkRequest.model_validate(base)
@@ -27,7 +27,7 @@ def test_request_at_cap_is_rejected_naming_the_value() -> None:
 
 @pytest.mark.parametrize(
     "field,value",
-    [("max_new_tokens", 0), ("prompt_token_ids", []), ("request_id", ""), ("max_tokens", 0)],
+    [("chunk_cap", 0), ("prompt_token_ids", []), ("request_id", ""), ("max_tokens", 0)],
 )
 def test_bad_request_fields(field: str, value: object) -> None:
     with pytest.raises(ValidationError, match=field):

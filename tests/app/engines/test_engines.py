@@ -57,7 +57,7 @@ def _req(
         group_id="g",
         prompt_token_ids=prompt,
         generated_token_ids=generated or [],
-        max_new_tokens=chunk,
+        chunk_cap=chunk,
         max_tokens=cap,
         sampling=sampling,
     )

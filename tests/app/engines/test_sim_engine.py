@@ -52,7 +52,7 @@ def req(
         response_index=j,
         prompt_token_ids=prompt,
         generated_token_ids=generated or [],
-        max_new_tokens=chunk,
+        chunk_cap=chunk,
         max_tokens=cap,
         logprobs=logprobs,
     )

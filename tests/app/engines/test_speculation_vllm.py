@@ -23,7 +23,7 @@ def _chunk(prompt: list[int], rid: str, gid: str, k: int, gen: list[int], specul
         response_index=k,
         prompt_token_ids=prompt,
         generated_token_ids=gen,
-        max_new_tokens=12,
+        chunk_cap=12,
         max_tokens=36,
         sampling=SamplingParams(temperature=0.0),
         is_probe=k == 0,

@@ -27,7 +27,7 @@ def run_to_end(s: BaseScheduler, lengths: dict[str, int]) -> None:
         assert decisions, "stuck: requests open and nothing scheduled"
         for d in decisions:
             left = lengths[d.request_id] - d.generated
-            if left <= d.max_new_tokens:
+            if left <= d.chunk_cap:
                 s.complete(d.request_id, left, FinishReason.STOP)
             else:
-                s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+                s.complete(d.request_id, d.chunk_cap, FinishReason.CHUNK)

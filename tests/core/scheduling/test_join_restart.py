@@ -69,7 +69,7 @@ def test_restart_forgets_generated_tokens_of_a_queued_request() -> None:
     s = _sched()
     s.submit([GroupSpec("g", ("a", "b"), 64, 5)])
     for d in s.schedule():
-        s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+        s.complete(d.request_id, d.chunk_cap, FinishReason.CHUNK)
     assert s.request_generated("a") > 0
     s.restart("a")
     assert s.request_generated("a") == 0 and s.num_queued == 2

@@ -60,10 +60,10 @@ def _waves(
             done, inflight = inflight[:k], inflight[k:]
             for d in done:
                 left = lengths[d.request_id] - d.generated
-                if left <= d.max_new_tokens:
+                if left <= d.chunk_cap:
                     s.complete(d.request_id, left, FinishReason.STOP)
                 else:
-                    s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+                    s.complete(d.request_id, d.chunk_cap, FinishReason.CHUNK)
             for gid in sorted(open_groups):
                 if s.group_done(gid):
                     s.release(gid)
@@ -127,7 +127,7 @@ def test_cancel_ends_queued_at_once_and_running_when_reported() -> None:
     assert d.request_id == "x"  # the freed slot goes to the other group at once
     s.complete("b", 10, FinishReason.CHUNK)
     assert s.group_done("g") and not s.group_done("h")
-    assert s.loads()[0].running == 1 and s.loads()[0].reserved_kv_tokens == d.max_new_tokens + 4
+    assert s.loads()[0].running == 1 and s.loads()[0].reserved_kv_tokens == d.chunk_cap + 4
     assert s.cancel(["g"]) == []  # cancelling twice is harmless
     s.release("g")
     assert s.num_open == 1

@@ -49,11 +49,11 @@ def drive(
         done, inflight = inflight[:k], inflight[k:]
         for d in done:
             left = lengths[d.request_id] - d.generated
-            if left <= d.max_new_tokens:
+            if left <= d.chunk_cap:
                 reason = FinishReason.STOP
                 s.complete(d.request_id, left, reason)
             else:
-                s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+                s.complete(d.request_id, d.chunk_cap, FinishReason.CHUNK)
     return rounds
 
 
@@ -69,7 +69,7 @@ def test_divided_rollout_runs_every_request_to_its_length() -> None:
         assert s.request_generated(rid) == n
         assert s.request_phase(rid) is RequestPhase.FINISHED
     decisions = [d for r in rounds for d in r]
-    assert all(d.max_new_tokens <= 16 for d in decisions)
+    assert all(d.chunk_cap <= 16 for d in decisions)
     # every request is re-queued after each chunk: ceil(len / 16) chunks each
     per_req: dict[str, int] = {}
     for d in decisions:
@@ -81,10 +81,10 @@ def test_chunk_budget_stops_at_max_tokens() -> None:
     s = Scheduler(SchedulerConfig(chunk_tokens=64), replicas(1))
     s.submit(groups(1, 1, max_tokens=100))
     (d,) = s.schedule()
-    assert d.max_new_tokens == 64
+    assert d.chunk_cap == 64
     s.complete(d.request_id, 64, FinishReason.CHUNK)
     (d,) = s.schedule()
-    assert (d.generated, d.max_new_tokens) == (64, 36)
+    assert (d.generated, d.chunk_cap) == (64, 36)
     assert s.complete(d.request_id, 36, FinishReason.CHUNK)  # reached max_tokens: finished
     assert s.done
 
@@ -190,7 +190,7 @@ def test_verl_mode_assigns_whole_groups_round_robin_without_admission() -> None:
     out = s.schedule()
     assert len(out) == 6  # everything up front, regardless of slots and KV
     assert {(d.group_id, d.replica) for d in out} == {("g0", 0), ("g1", 1), ("g2", 0)}
-    assert all(d.max_new_tokens == 500 for d in out)
+    assert all(d.chunk_cap == 500 for d in out)
     s.submit(groups(4, 1)[3:])
     (d,) = s.schedule()
     assert (d.group_id, d.replica) == ("g3", 1)  # round-robin continues across submits
@@ -250,7 +250,7 @@ def test_abort_requeues_keeping_tokens() -> None:
     (d,) = s.schedule()
     assert not s.complete(d.request_id, 4, FinishReason.ABORT)
     (d,) = s.schedule()
-    assert d.generated == 4 and d.max_new_tokens == 10
+    assert d.generated == 4 and d.chunk_cap == 10
 
 
 def test_report_progress_raises_group_estimate() -> None:
@@ -375,10 +375,10 @@ def test_queued_keys_are_always_current(ordering: str) -> None:
         rng.shuffle(inflight)
         d = inflight.pop()
         left = lengths[d.request_id] - d.generated
-        if left <= d.max_new_tokens:
+        if left <= d.chunk_cap:
             s.complete(d.request_id, left, FinishReason.STOP)
         else:
-            s.complete(d.request_id, d.max_new_tokens, FinishReason.CHUNK)
+            s.complete(d.request_id, d.chunk_cap, FinishReason.CHUNK)
         keys = live_keys(s)
         queued = [
             r

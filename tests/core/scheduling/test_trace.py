@@ -79,8 +79,8 @@ def test_each_chunk_records_its_own_dispatch_time_and_its_draft_tokens() -> None
         for d in s.schedule():
             now[0] += 10.0  # back at 20, 40, 60
             left = 12 - d.generated
-            reason = FinishReason.STOP if left <= d.max_new_tokens else FinishReason.CHUNK
-            s.complete(d.request_id, min(left, d.max_new_tokens), reason, next(drafted))
+            reason = FinishReason.STOP if left <= d.chunk_cap else FinishReason.CHUNK
+            s.complete(d.request_id, min(left, d.chunk_cap), reason, next(drafted))
     chunks = [e for e in sink.events if isinstance(e, ChunkDone)]
     assert [(c.started_at, c.at, c.drafted) for c in chunks] == [
         (10.0, 20.0, 5),

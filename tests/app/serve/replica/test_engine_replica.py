@@ -63,7 +63,7 @@ def _chunk(j: int, speculate: bool = True) -> ChunkRequest:
         group_id="g",
         response_index=j,
         prompt_token_ids=group_prompt(SIM, 0),
-        max_new_tokens=100_000,
+        chunk_cap=100_000,
         max_tokens=40_960,
         speculate=speculate,
     )
@@ -160,7 +160,7 @@ def _fake_chunk(generated: list[int], budget: int = 8) -> ChunkRequest:
         response_index=0,
         prompt_token_ids=[1, 2, 3],
         generated_token_ids=generated,
-        max_new_tokens=budget,
+        chunk_cap=budget,
         max_tokens=64,
     )
 

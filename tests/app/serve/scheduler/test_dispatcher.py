@@ -53,7 +53,7 @@ def _whole(rid: str, run: Any) -> ChunkRequest:
         request_id=rid,
         group_id=run.group_id,
         prompt_token_ids=run.prompt,
-        max_new_tokens=run.max_tokens,
+        chunk_cap=run.max_tokens,
         max_tokens=run.max_tokens,
         sampling=run.sampling,
     )
