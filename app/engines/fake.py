@@ -49,7 +49,7 @@ class FakeEngine:
         self._aborted: set[str] = set()
         self._running: set[str] = set()
         self.speculation: DraftSettings = config.speculation.settings
-        self.weights_version = 0
+        self.policy_version = 0
         self._weights = ""  # mixed into every token's hash: new weights, new samples
 
     async def start(self) -> None:
@@ -78,7 +78,7 @@ class FakeEngine:
             chunks_in_flight=n,
             kv_capacity_tokens=c.max_model_len * c.max_num_seqs,
             max_running=c.max_num_seqs,
-            weights_version=self.weights_version,
+            policy_version=self.policy_version,
         )
 
     def _next(self, context: list[int], seed: int) -> tuple[int, float]:
@@ -156,7 +156,7 @@ class FakeEngine:
             raise ValueError(f"{self.replica_id}: weights path {path!r} is not a directory")
         loaded = await asyncio.to_thread(verified_digest, path, digest)
         self._weights = os.path.basename(os.path.normpath(path))
-        self.weights_version = version
+        self.policy_version = version
         return loaded
 
     async def worker_gpu_ids(self) -> list[str]:

@@ -168,7 +168,7 @@ class EngineLoad(BaseModel):
     prefix_cache_hits: int = Field(0, ge=0, description="of those, served from the prefix cache")
     draft_tokens: int = Field(0, ge=0, description="draft tokens verified, cumulative")
     accepted_draft_tokens: int = Field(0, ge=0, description="of those, accepted, cumulative")
-    weights_version: int = Field(
+    policy_version: int = Field(
         0, ge=0, description="policy version of the loaded weights (0: the model it started with)"
     )
     draft_exchanges: int = Field(

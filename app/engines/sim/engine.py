@@ -115,7 +115,7 @@ class SimEngine:
         # draft server, on another replica)
         self._progress: OrderedDict[str, dict[str, int]] = OrderedDict()
         self._sync: SyncClient | None = None
-        self.weights_version = 0
+        self.policy_version = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -316,7 +316,7 @@ class SimEngine:
         self._progress.clear()
         if self._sync is not None:
             self._sync.clear()
-        self.weights_version = version
+        self.policy_version = version
         return loaded
 
     async def abort(self, request_id: str) -> bool:
@@ -329,7 +329,7 @@ class SimEngine:
         """Load as of the instance's last event (at most ~5% context growth old)."""
         inst = self._inst
         if inst is None:
-            return EngineLoad(replica_id=self.replica_id, weights_version=self.weights_version)
+            return EngineLoad(replica_id=self.replica_id, policy_version=self.policy_version)
         cap = inst.cost.kv_capacity_tokens
         pulling = sum(1 for c in self._chunks.values() if c.phase is _Phase.PULLING)
         return EngineLoad(
@@ -341,7 +341,7 @@ class SimEngine:
             kv_capacity_tokens=cap,
             prefix_cache_queries=self._queries,
             prefix_cache_hits=self._hits,
-            weights_version=self.weights_version,
+            policy_version=self.policy_version,
         )
 
     # ------------------------------------------------------------------ virtual time

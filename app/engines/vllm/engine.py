@@ -168,7 +168,7 @@ class VllmEngine:
         self._kv_capacity_tokens = 0
         self._running: dict[str, str] = {}  # request_id -> engine request id
         self._aborting: set[str] = set()  # running chunks asked to abort
-        self.weights_version = 0
+        self.policy_version = 0
         self._start_lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -315,7 +315,7 @@ class VllmEngine:
             raise RuntimeError(f"{self.replica_id}: its workers read different weights: {seen}")
         if not await engine.reset_prefix_cache():
             raise RuntimeError(f"{self.replica_id}: the prefix cache could not be reset")
-        self.weights_version = version
+        self.policy_version = version
         return str(seen[0])
 
     async def score(self, context: list[int], continuation: list[int]) -> list[float]:
@@ -376,7 +376,7 @@ class VllmEngine:
             preemptions=int(self._stats["preemptions"]),
             draft_tokens=int(self._stats["draft_tokens"]),
             accepted_draft_tokens=int(self._stats["accepted_tokens"]),
-            weights_version=self.weights_version,
+            policy_version=self.policy_version,
         )
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:

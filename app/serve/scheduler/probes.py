@@ -40,7 +40,7 @@ class ReplicaProbes:
         """One bounded health probe of replica i: it rejoins when it answers on the current
         weights (on others it loads them first)."""
         load = await self.pool.probe(i)
-        if load is None or self.updater.out_of_date(i, load.weights_version):
+        if load is None or self.updater.out_of_date(i, load.policy_version):
             return
         if self.sink is not None:
             self.sink.emit(

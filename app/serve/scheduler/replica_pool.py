@@ -177,7 +177,7 @@ class ReplicaPool:
         for i in replicas:
             rep = self.replicas[i]
             if rep.load is not None:
-                rep.load = rep.load.model_copy(update={"weights_version": version})
+                rep.load = rep.load.model_copy(update={"policy_version": version})
 
     def health(self, reserved_kv_tokens: Sequence[int]) -> list[ReplicaHealth]:
         return [

@@ -327,7 +327,7 @@ def test_a_worker_node_lost_mid_rollout_loses_nothing_and_its_replicas_come_back
     print("node-kill timeline (s after the kill):", json.dumps(timeline))
     for rep in back.values():
         assert rep["node_id"] == new_node and len(rep["gpu_ids"]) == 1
-        assert rep["load"]["weights_version"] == version
+        assert rep["load"]["policy_version"] == version
     spec = httpx.get(f"{url}/v1/speculation", timeout=10).json()
     assert spec["version"] == spec_version and spec["settings"]["max_draft"] == 3
     runs = {r["replica_id"]: r["version"] for r in spec["replicas"]}

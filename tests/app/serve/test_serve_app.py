@@ -613,7 +613,7 @@ def _a_restarted_replica_rejoins_on_the_new_weights(
         assert time.monotonic() < deadline, states
         rep = client.get("/healthz").json()["replicas"][1]
         if rep["state"] == "healthy" and rep["load"] is not None:
-            assert rep["load"]["weights_version"] == 1, rep  # never back on v0
+            assert rep["load"]["policy_version"] == 1, rep  # never back on v0
         if not states or states[-1] != rep["state"]:
             states.append(rep["state"])
         time.sleep(0.5)

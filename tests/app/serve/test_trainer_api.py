@@ -230,6 +230,6 @@ def test_weight_update_changes_samples_and_versions(url: str, tmp_path: Path) ->
     bad = http.post("/update_weights_from_disk", json={"model_path": str(ckpt)})
     assert bad.status_code == 401 and bad.json()["success"] is False
     deadline = time.monotonic() + 30  # /healthz answers from the last probes (0.5 s apart)
-    while {r["load"]["weights_version"] for r in http.get("/healthz").json()["replicas"]} != {5}:
+    while {r["load"]["policy_version"] for r in http.get("/healthz").json()["replicas"]} != {5}:
         assert time.monotonic() < deadline
         time.sleep(0.1)

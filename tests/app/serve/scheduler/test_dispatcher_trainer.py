@@ -70,7 +70,7 @@ def test_weight_update_pauses_restarts_cut_requests_and_tags_versions(tmp_path: 
         assert update.restarted_requests > 0 and update.aborted_chunks > 0
         assert sorted(update.replicas) == ["replica-0", "replica-1"]
         assert d.updater.state.version == 1 and d.updater.state.path == str(ckpt)
-        assert [e.weights_version for e in links.engines] == [1, 1]
+        assert [e.policy_version for e in links.engines] == [1, 1]
         assert drafts.resets == 1  # the old policy's group texts are dropped there too
         done = await d.wait("w")
         assert done.state is JobState.DONE, done.error
@@ -116,7 +116,7 @@ def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: 
                 break
             await asyncio.sleep(0.01)
         assert d.pool.replicas[1].state is ReplicaState.HEALTHY
-        assert links.engines[1].weights_version == 2
+        assert links.engines[1].policy_version == 2
         with pytest.raises(JobError, match="no replica loaded"):
             await d.updater.update(str(tmp_path / "missing"), 3)
         assert d.updater.state.version == 2 and not d.updater.state.updating
@@ -144,12 +144,12 @@ def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
         with pytest.raises(JobError, match="not the expected") as refused:
             await d.updater.update(str(ckpt), 1, digest="f" * 64)
         assert refused.value.status == 503 and d.updater.state.version == 0
-        assert [e.weights_version for e in links.engines] == [0, 0, 0]  # nothing loaded
+        assert [e.policy_version for e in links.engines] == [0, 0, 0]  # nothing loaded
         update = await d.updater.update(str(ckpt), 1, digest=good)
         assert update.digest == good == d.updater.state.digest and len(update.replicas) == 3
-        loaded = {h.load.weights_version for h in d.probes.health() if h.load}
+        loaded = {h.load.policy_version for h in d.probes.health() if h.load}
         assert loaded == {1}  # before a probe
-        links.engines[2].weights_version = 0  # it restarted: synced, and verified, again
+        links.engines[2].policy_version = 0  # it restarted: synced, and verified, again
         await d.probes.probe_all()
         assert d.pool.replicas[2].state is ReplicaState.STALE
         for _ in range(200):

@@ -82,7 +82,7 @@ def test_capacity_comes_from_the_last_load_report_else_the_engine_config() -> No
         assert after.kv_capacity_tokens == load.kv_capacity_tokens
         assert after.max_running == load.max_running
         pool.mark_loaded([0], 7)
-        assert pool[0].load is not None and pool[0].load.weights_version == 7
+        assert pool[0].load is not None and pool[0].load.policy_version == 7
         health = pool.health([123])
         assert health[0].reserved_kv_tokens == 123 and health[0].replica_id == "replica-0"
 

@@ -87,7 +87,7 @@ def test_an_update_drains_loads_everywhere_resumes_and_only_grows(tmp_path: Path
         assert done.digest == checkpoint_digest(str(ckpt))
         assert control.calls == ["quiesce abort=False", "restart", "loaded v1", "resume"]
         assert up.state.version == 1 and up.state.path == str(ckpt) and not up.state.updating
-        assert [e.weights_version for e in links.engines] == [1, 1] and drafts.resets == 1
+        assert [e.policy_version for e in links.engines] == [1, 1] and drafts.resets == 1
         for version in (1, 0):
             with pytest.raises(JobError, match="must be above the current") as e:
                 await up.update(str(ckpt), version)
@@ -140,14 +140,14 @@ def test_a_replica_on_other_weights_is_stale_until_it_loads_the_current_ones(
         up, control, links, _ = await _updater()
         assert not up.out_of_date(0, 0)  # the version the service runs
         await up.update(str(_ckpt(tmp_path)), None)
-        links.engines[1].weights_version = 0  # it restarted on the model it started with
+        links.engines[1].policy_version = 0  # it restarted on the model it started with
         assert up.out_of_date(1, 0)
         assert up.pool[1].state is ReplicaState.STALE
         assert up.pool[1].error == "runs weights v0, not v1"
         assert up.out_of_date(1, 0)  # asked again while loading: one load, not two
         assert len(control.tasks) == 1
         await asyncio.wait_for(control.tasks[0], 10)
-        assert links.engines[1].weights_version == 1 and control.probed == [1]
+        assert links.engines[1].policy_version == 1 and control.probed == [1]
         assert links.weight_loads[-1] == (1, str(tmp_path / "step-1"), up.state.digest)
 
     asyncio.run(body())
