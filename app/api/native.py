@@ -65,8 +65,11 @@ class RolloutRequest(ClientRequest):
         le=MAX_VERSION,
         description="the trainer's RL iteration (step) of this batch, recorded with the job",
     )
-    policy: str | None = Field(
+    # chooses nothing (the policy is the service's): a check of what the caller expects, named
+    # so inside; the wire field is ``policy``
+    expected_policy: str | None = Field(
         None,
+        alias="policy",
         description="scheduling policy the caller expects; must be the one the service runs "
         "(GET /healthz shows it), else 422",
     )

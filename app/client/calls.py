@@ -98,7 +98,7 @@ def _rollout_body(
 
 def _body(request: BaseModel) -> dict[str, Any]:
     """The JSON body of a request model: the fields it was given."""
-    body: dict[str, Any] = request.model_dump(mode="json", exclude_unset=True)
+    body: dict[str, Any] = request.model_dump(mode="json", exclude_unset=True, by_alias=True)
     return body
 
 

@@ -88,13 +88,13 @@ class Submission(IngressBase):
     ) -> str:
         """Validate against the model, tokenize, submit; returns the job id. ``cancel_digest``:
         of the token its submitter may cancel it with (None: the operator only)."""
-        if req.policy is not None:  # only then is the running policy worth a round trip
+        if req.expected_policy is not None:  # only then is the running policy worth a round trip
             running: str = await self._ask(self.scheduler.policy())
-            if req.policy != running:
+            if req.expected_policy != running:
                 raise unprocessable(
                     ["policy"],
-                    f"the service runs policy {running!r}, not {req.policy!r} (the policy is "
-                    "the scheduler deployment's user_config; see README)",
+                    f"the service runs policy {running!r}, not {req.expected_policy!r} (the "
+                    "policy is the scheduler deployment's user_config; see README)",
                 )
         mode = self.config.engine.logprobs_mode
         if req.logprobs_mode is not None and req.logprobs_mode != mode:
