@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from app.commands import db, demo, exactness, models, serve, simulate
+from app.commands import db, demo, exactness, prepare_model, serve, simulate
 from app.commands.help import SeerTyper
 
 #: commands that moved to the laboratory's ``seer-lab`` (issue 37); run as ``seer NAME`` they
@@ -33,7 +33,7 @@ def _root() -> None:
     """The ``seer`` command group (its help is ``HELP``)."""
 
 
-models.register(cli)
+prepare_model.register(cli)
 simulate.register(cli)
 serve.register(cli)
 demo.register(cli)

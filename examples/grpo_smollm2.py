@@ -493,7 +493,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from app.models import resolve_model
+    from app.model_cache import resolve_model
 
     model_path = resolve_model(args.model)
     options = Options(

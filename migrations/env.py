@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from app.store.models import Base
+from app.store.tables import Base
 
 config = context.config
 

@@ -64,7 +64,7 @@ def loop_thread() -> Iterator[LoopThread]:
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
-    from app.models import TINY, prepare
+    from app.model_cache import TINY, prepare
 
     return prepare(TINY)
 

@@ -27,7 +27,7 @@ class Tokenizer:
 
     @classmethod
     def for_engine(cls, config: EngineConfig) -> Tokenizer:
-        from app.models import resolve_model
+        from app.model_cache import resolve_model
 
         return cls(resolve_model(config.model))
 

@@ -97,7 +97,7 @@ class StoreReader:
             raise ValueError(f"limit={limit} must be >= 1")
         from sqlalchemy import func, select
 
-        from app.store.models import RequestRow as R
+        from app.store.tables import RequestRow as R
 
         keys = sorted(set(prompt_keys))
         out: dict[str, list[int]] = {}
@@ -127,7 +127,7 @@ class StoreReader:
         """Rows per table (tests, ``seer db current``)."""
         from sqlalchemy import func, select
 
-        from app.store.models import TABLES
+        from app.store.tables import TABLES
 
         with self.engine.connect() as conn:
             return {
@@ -140,7 +140,7 @@ class StoreReader:
         """The ``limit`` most recently started jobs, newest first."""
         from sqlalchemy import select
 
-        from app.store.models import JobRow as J
+        from app.store.tables import JobRow as J
 
         with self._read() as conn:
             rows = conn.execute(select(J).order_by(J.started_at.desc(), J.id.desc()).limit(limit))
@@ -152,7 +152,7 @@ class StoreReader:
         """The newest running job, else the newest job (None: no job recorded)."""
         from sqlalchemy import select
 
-        from app.store.models import JobRow as J
+        from app.store.tables import JobRow as J
 
         newest = (J.started_at.desc(), J.id.desc())
         with self._read() as conn:
@@ -171,8 +171,8 @@ class StoreReader:
         """job id -> (requests asked for, requests terminal so far)."""
         from sqlalchemy import func, select
 
-        from app.store.models import GroupRow as G
-        from app.store.models import RequestRow as R
+        from app.store.tables import GroupRow as G
+        from app.store.tables import RequestRow as R
 
         if not job_ids:
             return {}
@@ -193,8 +193,8 @@ class StoreReader:
         """The job's terminal requests in finishing order."""
         from sqlalchemy import select
 
-        from app.store.models import GroupRow as G
-        from app.store.models import RequestRow as R
+        from app.store.tables import GroupRow as G
+        from app.store.tables import RequestRow as R
 
         with self._read() as conn:
             rows = conn.execute(
@@ -217,8 +217,8 @@ class StoreReader:
         """The groups of these jobs, each with the scheduler's last length estimate."""
         from sqlalchemy import select
 
-        from app.store.models import GroupEstimateRow as E
-        from app.store.models import GroupRow as G
+        from app.store.tables import GroupEstimateRow as E
+        from app.store.tables import GroupRow as G
 
         if not job_ids:
             return []
@@ -265,7 +265,7 @@ class StoreReader:
         oldest first."""
         from sqlalchemy import select
 
-        from app.store.models import ReplicaLoadRow as L
+        from app.store.tables import ReplicaLoadRow as L
 
         q = select(L.replica_id, L.at, L.running, L.waiting, L.chunks_in_flight, L.kv_usage)
         q = q.where(L.at >= since)
@@ -280,8 +280,8 @@ class StoreReader:
         first; ``key`` is the bucket start."""
         from sqlalchemy import func, select
 
-        from app.store.models import AcceptanceRow as A
-        from app.store.models import GroupRow as G
+        from app.store.tables import AcceptanceRow as A
+        from app.store.tables import GroupRow as G
 
         b = func.floor(A.bucket / bucket_s) * bucket_s
         q = select(b, func.sum(A.drafted), func.sum(A.accepted), func.sum(A.steps))
@@ -295,8 +295,8 @@ class StoreReader:
         """Draft statistics of each group of the job that drafted; ``key`` is the group id."""
         from sqlalchemy import func, select
 
-        from app.store.models import AcceptanceRow as A
-        from app.store.models import GroupRow as G
+        from app.store.tables import AcceptanceRow as A
+        from app.store.tables import GroupRow as G
 
         with self._read() as conn:
             rows = conn.execute(
@@ -312,8 +312,8 @@ class StoreReader:
         """Output tokens and chunks of the job per ``bucket_s`` of time, oldest first."""
         from sqlalchemy import func, select
 
-        from app.store.models import ChunkRow as C
-        from app.store.models import GroupRow as G
+        from app.store.tables import ChunkRow as C
+        from app.store.tables import GroupRow as G
 
         b = func.floor(C.at / bucket_s) * bucket_s
         with self._read() as conn:
@@ -331,8 +331,8 @@ class StoreReader:
         tail is where a timeline is read), by request, oldest chunk first."""
         from sqlalchemy import func, select
 
-        from app.store.models import ChunkRow as C
-        from app.store.models import GroupRow as G
+        from app.store.tables import ChunkRow as C
+        from app.store.tables import GroupRow as G
 
         last = (
             select(C.request_id)
@@ -365,8 +365,8 @@ class StoreReader:
         """Finish-time summary of each job's finished requests (jobs with none are absent)."""
         from sqlalchemy import func, select
 
-        from app.store.models import GroupRow as G
-        from app.store.models import RequestRow as R
+        from app.store.tables import GroupRow as G
+        from app.store.tables import RequestRow as R
 
         if not job_ids:
             return {}
@@ -407,7 +407,7 @@ class StoreReader:
         """Finished lengths of each prompt recorded before ``before``, oldest first."""
         from sqlalchemy import select
 
-        from app.store.models import RequestRow as R
+        from app.store.tables import RequestRow as R
 
         keys = sorted(set(prompt_keys))
         got: dict[str, list[tuple[float, int]]] = {}
@@ -430,7 +430,7 @@ class StoreReader:
         """The newest ``limit`` speculation settings changes, newest first."""
         from sqlalchemy import select
 
-        from app.store.models import SpeculationConfigRow as S
+        from app.store.tables import SpeculationConfigRow as S
 
         with self._read() as conn:
             rows = conn.execute(

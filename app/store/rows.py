@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.store import models as m
+from app.store import tables as tb
 from core.events import (
     ChunkDone,
     DraftStats,
@@ -54,7 +54,7 @@ class WritePlan:
         """Run the plan on ``conn`` (the caller owns the transaction)."""
         from sqlalchemy import bindparam, insert
 
-        tables: dict[str, Table] = {t.name: t for t in m.TABLES}
+        tables: dict[str, Table] = {t.name: t for t in tb.TABLES}
         for name in _INSERT_ORDER:
             rows = self.inserts.get(name)
             if rows:

@@ -88,7 +88,7 @@ def _build(engine_config: Any) -> tuple[Any, int]:
     """An in-process ``LLMEngine`` built from the replica's engine kwargs; its KV tokens."""
     from app.engines.vllm.engine import engine_kwargs
     from app.env import apply_engine_env
-    from app.models import resolve_model
+    from app.model_cache import resolve_model
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     apply_engine_env(True, engine_config.kv_cache_gib, engine_config.cpu_threads)

@@ -26,7 +26,7 @@ from app.engines.config import EngineConfig
 from app.engines.tokenizer import Tokenizer
 from app.engines.vllm.grouped_proposer import PROPOSER, WORKER_EXTENSION, seer_extra_args
 from app.env import apply_engine_env
-from app.models import resolve_model
+from app.model_cache import resolve_model
 from core.drafting.shared import SyncBatch, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason

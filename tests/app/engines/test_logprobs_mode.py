@@ -20,7 +20,7 @@ import pytest
 from app.engines.chunked import ResponseRun, generate_response
 from app.engines.config import EngineConfig, SpeculationConfig
 from app.engines.vllm.engine import VllmEngine
-from app.models import SMOLLM2, resolve_model
+from app.model_cache import SMOLLM2, resolve_model
 from core.drafting.step_drafter import DraftSettings
 from core.engine import SamplingParams
 

@@ -6,7 +6,7 @@ from sqlalchemy import inspect
 
 from app.store import migrate
 from app.store.engine import make_engine
-from app.store.models import TABLES
+from app.store.tables import TABLES
 
 STORE_TABLES = {t.name for t in TABLES}
 
@@ -38,7 +38,7 @@ def test_models_match_the_migrations(any_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from app.store.models import Base
+    from app.store.tables import Base
 
     migrate.upgrade(any_url)
     eng = make_engine(any_url)

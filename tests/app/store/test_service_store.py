@@ -121,7 +121,7 @@ def test_two_iterations_recorded_and_the_second_uses_the_prior(sqlite_url: str) 
         assert counts["replica_load_samples"] >= 2
         from sqlalchemy import select
 
-        from app.store.models import GroupRow, JobRow
+        from app.store.tables import GroupRow, JobRow
 
         with r.engine.connect() as conn:
             jobs = conn.execute(select(JobRow.iteration, JobRow.state, JobRow.policy)).all()

@@ -13,8 +13,8 @@ from sqlalchemy import select
 from app.api import WriterStats
 from app.store import migrate
 from app.store.config import WriterConfig
-from app.store.models import GroupRow, JobRow, RequestRow
 from app.store.reader import StoreReader
+from app.store.tables import GroupRow, JobRow, RequestRow
 from app.store.writer import StoreWriter
 from core.events import (
     ChunkDone,

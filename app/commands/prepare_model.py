@@ -20,7 +20,7 @@ def prepare_model(
 ) -> None:
     """Convert SmolLM2-135M-Instruct from the PyPI GGUF to safetensors and build the tiny test
     model, once; later runs only verify the cache and print the folders."""
-    from app.models import ModelPrepError, prepare
+    from app.model_cache import ModelPrepError, prepare
 
     names = [m.strip() for m in models.split(",") if m.strip()]
     try:

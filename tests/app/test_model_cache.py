@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app import models
-from app.models import (
+from app import model_cache
+from app.model_cache import (
     MANIFEST,
     SMOLLM2,
     TINY,
@@ -24,7 +24,7 @@ from app.models import (
 
 def test_gguf_found_via_package_metadata() -> None:
     path = find_smollm2_gguf()
-    assert path.name == models.GGUF_NAME and path.stat().st_size > 50_000_000
+    assert path.name == model_cache.GGUF_NAME and path.stat().st_size > 50_000_000
 
 
 def test_missing_package_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
