@@ -60,7 +60,7 @@ class Dispatcher(JobDesk):
         self,
         links: EngineLinks,
         config: ServiceConfig,
-        plan: PolicyPlan,
+        policy: PolicyPlan,
         metrics: ServiceMetrics | None = None,
         sink: EventSink | None = None,
         prior: LengthPrior | None = None,
@@ -75,7 +75,7 @@ class Dispatcher(JobDesk):
         self.prior = prior
         self.config = config
         self.metrics = metrics or ServiceMetrics()
-        self.policies = PolicySwitch(plan)
+        self.policies = PolicySwitch(policy)
         self.pool = ReplicaPool(links, config, self.metrics, listener=self)
         self.speculation = SpeculationControl(
             links, config.engine.speculation.settings, config.replica_call_timeout_s, sink, drafts
@@ -84,7 +84,7 @@ class Dispatcher(JobDesk):
         self.probes = ReplicaProbes(
             self.pool, self.updater, config.health_period_s, self._reserved, sink
         )
-        self.scheduler = self._new_scheduler(plan)
+        self.scheduler = self._new_scheduler(policy)
         self._completed: deque[tuple[Flight, Outcome]] = deque()
         self._in_flight = Flights(links, config.replica_call_timeout_s, self.spawn, self._landed)
         self._request_job: dict[str, Job] = {}  # request id -> its job, while the job is open
@@ -120,10 +120,10 @@ class Dispatcher(JobDesk):
     def _reserved(self) -> list[int]:
         return [load.reserved_kv_tokens for load in self.scheduler.loads()]
 
-    def _new_scheduler(self, plan: PolicyPlan) -> BaseScheduler:
+    def _new_scheduler(self, policy: PolicyPlan) -> BaseScheduler:
         specs = [self.pool.spec(i) for i in range(len(self.pool))]
-        prior = self.prior if plan.uses_prior else None
-        s = make_scheduler(plan.config, specs, prior=prior, sink=self.sink, clock=time.time)
+        prior = self.prior if policy.uses_prior else None
+        s = make_scheduler(policy.config, specs, prior=prior, sink=self.sink, clock=time.time)
         for i, rep in enumerate(self.pool.replicas):
             if rep.state is not ReplicaState.HEALTHY:
                 s.set_replica_available(i, False)
@@ -136,9 +136,9 @@ class Dispatcher(JobDesk):
         """Jobs submitted now run under a policy that reads the length prior."""
         return self.prior is not None and self.policies.next.uses_prior
 
-    def set_policy(self, plan: PolicyPlan) -> None:
+    def set_policy(self, policy: PolicyPlan) -> None:
         """Switch policy when the running jobs are done (``PolicySwitch``)."""
-        if self.policies.request(plan):
+        if self.policies.request(policy):
             self._wake.set()
 
     def _end(self, job: Job, state: JobState, error: str | None) -> None:
@@ -233,10 +233,10 @@ class Dispatcher(JobDesk):
         for job in self.book.expire(now):
             timeout = self.config.request_timeout_s
             self._end(job, JobState.CANCELLED, f"job exceeded request_timeout_s={timeout:g}")
-        plan = self.policies.due(self.scheduler.done and not self._in_flight)
-        if plan is not None:
-            self.scheduler = self._new_scheduler(plan)
-            log.info("policy is now %s", plan.name)
+        policy = self.policies.due(self.scheduler.done and not self._in_flight)
+        if policy is not None:
+            self.scheduler = self._new_scheduler(policy)
+            log.info("policy is now %s", policy.name)
         if self.policies.pending is None:
             while self._inbox:
                 self._admit(self._inbox.popleft(), now)
