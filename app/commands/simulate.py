@@ -98,8 +98,9 @@ def simulate(
     requests) and the lower bound max(total work / instances, longest request alone); a
     policy that speculates is held to the same bound with speculation at its best.
 
-    The simulator drives the same core.scheduling scheduler the service runs; the cost model
-    is calibrated so that verl reproduces the paper's veRL rollout times (docs/simulator.md).
+    The simulator drives the same core.scheduling scheduler the service runs; each preset's
+    cost model is calibrated on the paper's veRL baseline and divided rollout, never on the
+    policies it claims (docs/simulator.md, "How it is calibrated").
     """
     from core.sim.report import SimulationRequest, run_simulation
 

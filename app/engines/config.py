@@ -147,7 +147,7 @@ class EngineConfig(BaseModel):
         "null = vLLM's own binding: one thread pinned to every core of the NUMA node, right for "
         "one replica per machine; with several replicas on one machine give each its share of "
         "the cores (2 replicas on a 2-core machine: 1), or their pinned threads fight over the "
-        "same cores (measured 2-20x slower steps: docs/simulator.md)",
+        "same cores (measured 2-20x slower steps: lab/NOTES.md)",
     )
     enforce_eager: bool = Field(True, description="skip graph capture (start ~30 s on CPU)")
     enable_prefix_caching: bool = Field(True, description="continuation chunks reuse cached KV")

@@ -15,11 +15,12 @@ budget are per rank, and a rank's step (or prefill) is priced as the instance's 
 rank carrying this rank's load (ranks run in lockstep, the MoE weights are shared).
 
 Sources (public spec sheets / model cards; docs/simulator.md): H800 SXM 80 GB HBM3 at
-3.35 TB/s, 989 TFLOP/s dense BF16. Model shapes from the model cards. Fitted per preset
-(docs/simulator.md, "Calibration"): ``bw_eff`` (= ``flops_eff``) so that ``verl`` reproduces the
-paper's veRL rollout time, and ``verify_step_s`` so that speculation gains over ``context``
-what Table 4 of the paper measures (Seer over context-aware scheduling). The step overhead
-is assumed.
+3.35 TB/s, 989 TFLOP/s dense BF16. Model shapes from the model cards. Per preset
+(``core.sim.workload.PRESETS``; docs/simulator.md, "How it is calibrated"): ``bw_eff`` (=
+``flops_eff``) is a fixed prior, the step overhead and the KV headroom (``mem_util``) are fitted
+with the workload's shape to the paper's veRL baseline and divided rollout
+(``lab.calibration.joint``), and ``verify_step_s`` so that a speculative step costs the paper's
+1.5x a plain one (``lab.calibration.calibrate step``).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ class CostModel:
     not: the same CPU cores load and multiply, so a step pays both);
     ``prefill_flops_eff`` in (0, 1] or None (= ``flops_eff``): the achieved fraction of peak
     FLOPs in a prefill, a large matrix product, where a decode step's small ones achieve less
-    (on CPU: measured 2x, docs/simulator.md)."""
+    (on CPU: measured 2x, ``VLLM_CPU`` below)."""
 
     model: ModelShape
     hardware: Hardware = H800
@@ -308,7 +309,7 @@ XEON_VCPU = Hardware(
 # this project's 2-vCPU machine, two engines at once as the service's two replicas run
 # (``data/sim-vs-real/steps.json``: batch 1-16 x context 64-768 per request, and prefills of
 # 64-2,048 tokens): bw_eff, flops_eff, prefill_flops_eff and step_overhead_s; rms log error 0.082
-# on decode steps, 0.115 on prefills (docs/simulator.md, "One real-engine point").
+# on decode steps, 0.115 on prefills (docs/simulator.md, "The CPU engine").
 # ``verify_step_s`` is not fitted (0): the CPU service does not speculate, and vLLM's n-gram
 # proposer, the one that drafts without a draft server, is pathological on 2 cores.
 VLLM_CPU_FIT_START = CostModel(

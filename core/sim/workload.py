@@ -111,7 +111,8 @@ class Preset:
 
 
 # Table 3 of the paper (requests = groups x G); Table 4 (throughput x veRL) and Fig. 13 (tau)
-# as quoted in issue 8. Efficiencies, verify_step_s, draft_budget and overheads: docs/simulator.md.
+# as quoted in issue 8. How each constant below was fitted: docs/simulator.md, "How it is
+# calibrated" (the fits' history: lab/NOTES.md).
 PRESETS: dict[str, Preset] = {
     # Fitted jointly on the baseline (lab.calibration.joint, issue 22; seeds 0-11 since stop 34):
     # length_sigma, within_sigma, outlier_frac, step_overhead_s and mem_util (the KV headroom)

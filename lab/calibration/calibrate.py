@@ -35,7 +35,7 @@ from core.sim.workload import Preset, WorkloadSpec, generate, get_preset
 
 CALIBRATION_SEEDS = tuple(range(10))
 SPEC_SEEDS = (0, 1)
-SPEC_SCALE = 0.25  # quarter scale: same load per instance, 4x faster (docs/simulator.md)
+SPEC_SCALE = 0.25  # quarter scale: same load per instance, 4x faster (lab/NOTES.md)
 DRAFT_BUDGETS = (128, 256, 512, 1024, 2048)
 PAPER_SPEC_STEP_RATIO = 1.5  # a speculative step ~1.5x a plain one (Fig. 13, as quoted in issue 8)
 

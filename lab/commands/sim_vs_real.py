@@ -210,7 +210,7 @@ def run_sim_vs_real(
     if steps is None:
         # no drafts: the compared policies do not draft (and vLLM's n-gram proposer, the only
         # one that drafts without a draft server, runs numba threads that fight the engines'
-        # over 2 cores: steps of 0.6-1.5 s, docs/simulator.md)
+        # over 2 cores: steps of 0.6-1.5 s, lab/NOTES.md)
         from lab.bench.engine_steps import Grid
 
         grid = grid or Grid(batches=tuple(sorted({1, 2, 4, 8, max_num_seqs})), drafts=(0,))
