@@ -15,9 +15,13 @@ import pytest
 ROOT = Path(__file__).parents[2]
 
 
-def _seer_exactness(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def exactness_cli(
+    *args: str, timeout: float, cli: str = "app.cli"
+) -> subprocess.CompletedProcess[str]:
+    """``exactness ARGS`` of the command line in module ``cli`` (``app.cli``: ``seer``;
+    ``lab.cli``: ``seer-lab``), run from this checkout."""
     return subprocess.run(
-        [sys.executable, "-c", "from app.cli import main; main()", "exactness", *args],
+        [sys.executable, "-c", f"from {cli} import main; main()", "exactness", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -28,7 +32,7 @@ def _seer_exactness(*args: str, timeout: float) -> subprocess.CompletedProcess[s
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_vllm_s_own_verification_passes_the_service_s_check() -> None:
-    proc = _seer_exactness(
+    proc = exactness_cli(
         "--json", "--prompts", "1", "--group-size", "2", "--samples", "16", timeout=900
     )
     assert proc.stdout.strip(), proc.stderr[-3000:]
@@ -41,6 +45,6 @@ def test_vllm_s_own_verification_passes_the_service_s_check() -> None:
 
 @pytest.mark.parametrize("flag", [["--every-rule"], ["--broken-rule", "accept-all"]])
 def test_the_proof_s_flags_say_where_they_went(flag: list[str]) -> None:
-    proc = _seer_exactness(*flag, timeout=120)
+    proc = exactness_cli(*flag, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert f"moved to the laboratory: run `seer-lab exactness {flag[0]}`" in proc.stderr

@@ -11,34 +11,20 @@ then verifies sampled drafts at a garbage temperature), vLLM's own rule FAILs he
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lab.engines.broken_verification import BROKEN_RULES, PROOF_RULES
+from tests.app.test_exactness_cli import exactness_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-ROOT = Path(__file__).parents[2]
 KEYS = {"verdict", "greedy_identical", "sampled_check", "broken_rule", "logprob_max_abs_diff"}
 
 
-def _seer_exactness(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from lab.cli import main; main()", "exactness", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-
-
 def _exactness(*args: str) -> tuple[int, Any]:
-    proc = _seer_exactness("--json", *args, timeout=1500)
+    proc = exactness_cli("--json", *args, timeout=1500, cli="lab.cli")
     assert proc.stdout.strip(), proc.stderr[-3000:]
     return proc.returncode, json.loads(proc.stdout)  # stdout is the report alone
 
@@ -89,17 +75,10 @@ def test_a_broken_rule_fails(proof: tuple[int, dict[str, Any]], rule: str) -> No
 
 def test_a_broken_rule_is_named_or_refused() -> None:
     assert set(PROOF_RULES) <= set(BROKEN_RULES)
-    cmd = [sys.executable, "-c", "from lab.cli import main; main()", "exactness"]
     for bad in (
         ["--broken-rule", "accept-most"],
         ["--broken-rule", "greedy-accept", "--every-rule"],
     ):
-        proc = subprocess.run(
-            [*cmd, *bad],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+        proc = exactness_cli(*bad, timeout=120, cli="lab.cli")
         assert proc.returncode == 2, proc.stderr
         assert "--broken-rule" in proc.stderr
