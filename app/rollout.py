@@ -120,6 +120,9 @@ class JobPlan:
     # sha256 of the token its submitter may cancel it with (``app.serve.ingress.auth``); None: only
     # the operator (and the service itself, for a caller that went away) may
     cancel_digest: str | None = None
+    # the ``rid`` a ``/generate`` caller submitted it under (its id): ``/abort_request`` may end
+    # this job by it; None for every other job (only its cancel token or the operator may)
+    rid: str | None = None
     _by_id: dict[str, GroupRun] = field(default_factory=dict, repr=False)
 
     def group(self, group_id: str) -> GroupRun:

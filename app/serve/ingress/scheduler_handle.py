@@ -66,6 +66,9 @@ class SchedulerHandle:
     async def cancel(self, job_id: str, digest: str | None = None) -> JobStatus:
         return cast(JobStatus, await self._ask("cancel", job_id, digest))
 
+    async def abort_rid(self, rid: str) -> JobStatus:
+        return cast(JobStatus, await self._ask("abort_rid", rid))
+
     def stream_groups(self, job_id: str) -> AsyncIterator[GroupResult]:
         """Every group of the job as it finishes, until the job ends (a Serve stream)."""
         stream = self.handle.options(stream=True).stream_groups.remote(job_id)

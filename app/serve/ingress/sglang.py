@@ -54,17 +54,17 @@ class SGLangRoutes(Submission, WeightsRoutes):
     async def abort_request(
         self, req: AbortRequest, authorization: str | None = Header(None)
     ) -> dict[str, list[str]]:
-        """Abort one ``/generate`` call by its ``rid`` (the caller's own id: choose it
-        unguessable), or every open job (``abort_all``: an operator change, it needs
-        ``Authorization: Bearer <operator token>``); an unknown or finished rid aborts
-        nothing."""
+        """Abort one ``/generate`` call by the ``rid`` it was sent with (the caller's own id:
+        choose it unguessable), or every open job (``abort_all``: an operator change, it needs
+        ``Authorization: Bearer <operator token>``); an unknown or finished rid aborts nothing,
+        and so does the id of any other job (a ``/v1/rollouts`` job ends by its cancel token)."""
         if req.abort_all:
             authorize(self._operator_token, authorization)
             ids: list[str] = await self._ask(self.scheduler.cancel_all("aborted by /abort_request"))
             return {"aborted": ids}
         try:
-            status: JobStatus = await self._ask(self.scheduler.cancel(req.rid))
-        except HTTPException:  # no such call (404): nothing to abort
+            status: JobStatus = await self._ask(self.scheduler.abort_rid(req.rid))
+        except HTTPException:  # no /generate call of that rid (404): nothing to abort
             return {"aborted": []}
         return {"aborted": [req.rid] if status.state is JobState.CANCELLED else []}
 

@@ -84,10 +84,15 @@ class Submission(IngressBase):
         return await asyncio.to_thread(run)
 
     async def _submit(
-        self, req: RolloutRequest, job_id: str | None = None, cancel_digest: str | None = None
+        self,
+        req: RolloutRequest,
+        job_id: str | None = None,
+        cancel_digest: str | None = None,
+        rid: str | None = None,
     ) -> str:
         """Validate against the model, tokenize, submit; returns the job id. ``cancel_digest``:
-        of the token its submitter may cancel it with (None: the operator only)."""
+        of the token its submitter may cancel it with (None: the operator only); ``rid``: the
+        ``/generate`` call's own id, by which ``/abort_request`` may end it."""
         if req.expected_policy is not None:  # only then is the running policy worth a round trip
             running: str = await self._ask(self.scheduler.policy())
             if req.expected_policy != running:
@@ -106,19 +111,21 @@ class Submission(IngressBase):
         prompts = await self._prompt_ids(req)
         plan = expand(job_id or uuid.uuid4().hex[:12], req, prompts, mode)
         plan.cancel_digest = cancel_digest
+        plan.rid = rid
         status: JobStatus = await self._ask(self.scheduler.submit(plan))
         return status.id
 
     async def _run(
-        self, req: RolloutRequest, job_id: str | None = None, partial: bool = False
+        self, req: RolloutRequest, rid: str | None = None, partial: bool = False
     ) -> tuple[str, JobOutcome]:
         """Submit the job and wait until it is terminal. A caller that goes away, while the
         job is being submitted or after, cancels it: once its submission is through (the job
         exists) the cancel goes to the scheduler, and a cancel that is slow to answer is not
-        withdrawn. A submission that failed cancels nothing (the id may be another's job)."""
-        job_id = job_id or uuid.uuid4().hex[:12]
+        withdrawn. A submission that failed cancels nothing (the id may be another's job).
+        ``rid``: a ``/generate`` call's own id, the job's id then (else a random one)."""
+        job_id = rid or uuid.uuid4().hex[:12]
         # detached: the request's cancellation must not cancel the submission under way
-        submit = self._background.keep(self._submit(req, job_id))
+        submit = self._background.keep(self._submit(req, job_id, rid=rid))
         try:
             await asyncio.shield(submit)
             outcome: JobOutcome = await self._ask(self.scheduler.wait(job_id, partial))

@@ -218,6 +218,10 @@ class SeerScheduler:
     async def cancel(self, job_id: str, digest: str | None = None) -> JobStatus:
         return self.dispatcher.cancel(job_id, digest=digest)
 
+    @refusing
+    async def abort_rid(self, rid: str) -> JobStatus:
+        return self.dispatcher.abort_rid(rid)
+
     async def stream_groups(self, job_id: str) -> AsyncIterator[GroupResult]:
         async for group in self.dispatcher.stream(job_id):
             yield group

@@ -5,8 +5,9 @@ Invariants:
   longest response fits the largest replica's KV (422) and the book admits it (422 per-job
   limits, 409 an id held, 429 open totals); an accepted job waits in the inbox until the loop
   admits it into the scheduler.
-- Only its own cancel token (its digest) or a trusted caller (the operator, the service itself)
-  ends a job early; ending is idempotent.
+- Only its own cancel token (its digest), a trusted caller (the operator, the service itself)
+  or, for a ``/generate`` call, the ``rid`` it was submitted under ends a job early; ending is
+  idempotent.
 - Every wait is bounded: for a job by ``request_timeout_s`` per change (an open job is cancelled
   past it), for a drain by its grace and then ``replica_call_timeout_s``.
 """
@@ -81,6 +82,16 @@ class JobDesk(ABC):
             job.check_cancel(digest)
         self._end(job, JobState.CANCELLED, error)
         return self.status(job_id)
+
+    def abort_rid(self, rid: str) -> JobStatus:
+        """``/abort_request``'s abort of the ``/generate`` call submitted under ``rid``; 404
+        for any other id, a job of another endpoint's included (its cancel token or the
+        operator's may end it, never its id alone)."""
+        job = self.book.get(rid)
+        if job.plan.rid != rid:
+            raise JobError(404, f"no /generate call with rid {rid!r}")
+        self._end(job, JobState.CANCELLED, "aborted by /abort_request")
+        return self.status(rid)
 
     def cancel_all(self, error: str) -> list[str]:
         """Cancel every open job (``/abort_request`` with ``abort_all``); returns their ids."""

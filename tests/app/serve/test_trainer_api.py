@@ -184,6 +184,20 @@ def test_abort_request_returns_the_partial_sample_as_abort(client: httpx.Client)
     assert client.post("/abort_request", json={}).status_code == 422
 
 
+def test_a_rid_aborts_only_the_generate_call_sent_with_it(client: httpx.Client) -> None:
+    """Issue 38, defect 1: /abort_request {"rid": <a /v1/rollouts job's id>} cancelled that
+    job, with neither its cancel token nor the operator's (the id is on the dashboard)."""
+    body = {"prompts": [[70]], "group_size": 4, "max_tokens": 400, "sampling": {"seed": 1}}
+    job = client.post("/v1/rollouts", json=body).json()
+    try:
+        assert client.post("/abort_request", json={"rid": job["id"]}).json() == {"aborted": []}
+        status = client.get(f"/v1/rollouts/{job['id']}").json()
+        assert status["state"] in ("queued", "running", "done"), status
+    finally:
+        owner = {"Authorization": f"Bearer {job['cancel_token']}"}
+        assert client.delete(f"/v1/rollouts/{job['id']}", headers=owner).status_code == 200
+
+
 def test_weight_update_changes_samples_and_versions(url: str, tmp_path: Path) -> None:
     http = httpx.Client(base_url=url, timeout=120)
     ckpt = tmp_path / "step-1"

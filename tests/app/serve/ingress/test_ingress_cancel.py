@@ -57,7 +57,7 @@ def _ingress(submit_fails: bool = False) -> tuple[Any, Scheduler, asyncio.Event,
     ingress.submit_parents = []
     started, release = asyncio.Event(), asyncio.Event()
 
-    async def submit(req: Any, job_id: str) -> str:
+    async def submit(req: Any, job_id: str, rid: str | None = None) -> str:
         ingress.submit_parents.append(ray._raylet.async_task_id.get())
         started.set()
         await release.wait()
