@@ -1,5 +1,9 @@
-"""The digest of a checkpoint: what a trainer and every engine replica compute of the same
-directory of ``*.safetensors`` files, so an update can be verified where it is loaded.
+"""A checkpoint directory: what it must hold (``checkpoint_problem``), and its digest, what a
+trainer and every engine replica compute of the same directory of ``*.safetensors`` files, so an
+update can be verified where it is loaded.
+
+A checkpoint is a Hugging Face model folder: ``config.json`` and at least one ``*.safetensors``
+file of weights, beside each other (not in subdirectories).
 
 Definition (stable, dependency-free: no torch, readable by a trainer process): for every tensor
 of every ``*.safetensors`` file in the directory (not its subdirectories), sha256 of its name,
@@ -16,6 +20,24 @@ import struct
 from pathlib import Path
 
 _CHUNK = 1 << 24  # bytes hashed per read
+
+
+#: the model config every checkpoint holds beside its weight files
+CONFIG_FILE = "config.json"
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """What keeps the directory ``path`` from being a checkpoint (``None``: nothing), naming
+    what is missing; reads names, never the weights."""
+    p = Path(path)
+    missing = []
+    if not (p / CONFIG_FILE).is_file():
+        missing.append(CONFIG_FILE)
+    if not any(f.is_file() for f in p.glob("*.safetensors")):
+        missing.append("*.safetensors weight files")
+    if not missing:
+        return None
+    return f"weights path {str(path)!r} is not a checkpoint: it lacks {' and '.join(missing)}"
 
 
 def checkpoint_digest(path: str | Path) -> str:

@@ -52,3 +52,17 @@ def test_a_partial_write_or_a_foreign_file_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "junk" / "x.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
     with pytest.raises(ValueError, match="x.safetensors: not a safetensors file"):
         checkpoint_digest(tmp_path / "junk")
+
+
+def test_a_directory_without_config_or_weights_is_not_a_checkpoint(tmp_path: Path) -> None:
+    from app.weights_digest import checkpoint_problem
+    from tests.app.serve.fakes import checkpoint
+
+    assert checkpoint_problem(checkpoint(tmp_path / "ok")) is None
+    (tmp_path / "empty").mkdir()
+    problem = checkpoint_problem(tmp_path / "empty")
+    assert problem is not None and "lacks config.json and *.safetensors weight files" in problem
+    (tmp_path / "nested" / "sub").mkdir(parents=True)  # weights only below: still none here
+    (tmp_path / "nested" / "config.json").write_text("{}")
+    checkpoint(tmp_path / "nested" / "sub")
+    assert "lacks *.safetensors" in (checkpoint_problem(tmp_path / "nested") or "")

@@ -1,5 +1,5 @@
-"""New policy weights: ``POST /v1/weights`` (operator token; a directory under ``weights_root``,
-checked before the scheduler is asked) and ``GET /v1/weights``.
+"""New policy weights: ``POST /v1/weights`` (operator token; a checkpoint directory under
+``weights_root``, checked before the scheduler is asked) and ``GET /v1/weights``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from app.serve.ingress.app import api
 from app.serve.ingress.auth import authorize
 from app.serve.ingress.base import IngressBase
 from app.serve.ingress.errors import BODY_ERRORS, documented, unprocessable
+from app.weights_digest import checkpoint_problem
 
 
 class WeightsRoutes(IngressBase):
@@ -40,6 +41,9 @@ class WeightsRoutes(IngressBase):
                 )
         if not await asyncio.to_thread(os.path.isdir, real):
             raise unprocessable([field], f"weights path {path!r} is not a directory")
+        problem = await asyncio.to_thread(checkpoint_problem, real)
+        if problem is not None:  # before any replica loads, whatever its backend
+            raise unprocessable([field], problem)
         update: WeightsUpdate = await self._ask(
             self.scheduler.update_weights(real, version, abort_running, sha256)
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import ray._raylet
@@ -191,3 +192,18 @@ FAKE_APP: dict[str, Any] = {
     # ~100 tokens per response (EOS with p=1/97 per token) at 20 ms per token
     "engine": {"backend": "fake", "max_model_len": 512, "fake_step_s": 0.02},
 }
+
+
+def checkpoint(folder: Path, value: float = 1.0) -> Path:
+    """A minimal checkpoint in ``folder`` (made if missing): ``config.json`` and one
+    ``model.safetensors`` holding one float32 tensor ``w`` = [value], what a weight update
+    needs to be accepted; the fake and sim engines load nothing from it."""
+    import json
+    import struct
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text('{"architectures": ["FakeForCausalLM"]}')
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    data = struct.pack("<Q", len(header)) + header + struct.pack("<f", value)
+    (folder / "model.safetensors").write_bytes(data)
+    return folder

@@ -28,6 +28,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.app.serve.fakes import checkpoint
 from tests.cluster import LoopbackCluster
 from tests.conftest import free_port
 
@@ -266,8 +267,7 @@ def test_a_worker_node_lost_mid_rollout_loses_nothing_and_its_replicas_come_back
     rejoin on the current weights and speculation settings."""
     url = gpu_app.url
     auth = {"Authorization": "Bearer t0ken"}
-    weights = tmp_path / "ckpt-v1"
-    weights.mkdir()
+    weights = checkpoint(tmp_path / "ckpt-v1")
     r = httpx.post(f"{url}/v1/weights", json={"path": str(weights)}, headers=auth, timeout=120)
     assert r.status_code == 200, r.text
     version = r.json()["version"]

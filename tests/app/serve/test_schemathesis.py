@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from app.serve.local import LocalService
+from tests.app.serve.fakes import checkpoint
 
 pytestmark = pytest.mark.serve
 
@@ -67,7 +68,7 @@ def fuzzed(
     """The app deployed as ``seer`` (replacing any other module's), with an empty checkpoint
     under its weights_root that the fake engines load."""
     root = tmp_path_factory.mktemp("weights")
-    (root / "ckpt").mkdir()
+    checkpoint(root / "ckpt")
     args = fuzz_app(root)
     url = local_service.deploy(args)
     yield {"url": url, "args": args, "checkpoint": str(root / "ckpt")}

@@ -23,6 +23,7 @@ from app.client import SeerClient
 from app.engines.config import EngineConfig
 from app.serve.local import LocalService
 from tests.app.serve.fakes import FAKE_APP as APP
+from tests.app.serve.fakes import checkpoint
 
 pytestmark = pytest.mark.serve
 TOKEN = APP["operator_token"]
@@ -200,8 +201,7 @@ def test_a_rid_aborts_only_the_generate_call_sent_with_it(client: httpx.Client) 
 
 def test_weight_update_changes_samples_and_versions(url: str, tmp_path: Path) -> None:
     http = httpx.Client(base_url=url, timeout=120)
-    ckpt = tmp_path / "step-1"
-    ckpt.mkdir()
+    ckpt = checkpoint(tmp_path / "step-1")
     body = {"path": str(ckpt)}
     assert http.post("/v1/weights", json=body).status_code == 401
     wrong = http.post("/v1/weights", json=body, headers={"Authorization": "Bearer no"})
@@ -209,6 +209,16 @@ def test_weight_update_changes_samples_and_versions(url: str, tmp_path: Path) ->
     auth = {"Authorization": f"Bearer {TOKEN}"}
     missing = http.post("/v1/weights", json={"path": str(tmp_path / "x")}, headers=auth)
     assert missing.status_code == 422 and "path" in missing.text
+    # a directory that holds no checkpoint (with sim engines /etc was once loaded: 200)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "config-only").mkdir()
+    (tmp_path / "config-only" / "config.json").write_text("{}")
+    for folder, lacks in (("empty", "lacks config.json and *.safetensors"),
+                          ("config-only", "lacks *.safetensors")):  # fmt: skip
+        r = http.post("/v1/weights", json={"path": str(tmp_path / folder)}, headers=auth)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "path"], r.text
+        assert "is not a checkpoint" in r.text and lacks in r.text, r.text
+    assert http.get("/v1/weights").json()["version"] == 0  # nothing was loaded
     # weights_root (the temp dir here): nothing loads from outside it, a symlink included
     (tmp_path / "escape").symlink_to("/usr")
     dotdot = os.path.join(tempfile.gettempdir(), "..", "usr")
