@@ -53,15 +53,30 @@ def checkpoint_digest(path: str | Path) -> str:
     return total.hexdigest()
 
 
-def verified_digest(path: str | Path, expected: str | None) -> str:
-    """``path``'s digest; with ``expected``, ValueError unless it is that one (the caller then
-    loads nothing: a partial write, or another checkpoint)."""
-    digest = checkpoint_digest(path)
-    if expected is not None and digest != expected:
-        raise ValueError(
-            f"weights at {str(path)!r} have digest {digest}, not the expected {expected} "
+class DigestMismatch(ValueError):
+    """The checkpoint at ``path`` was read with digest ``read``, not the ``expected`` one the
+    trainer gave: nothing was loaded (a partial write, or another checkpoint). Picklable with
+    its fields, so it crosses Ray and names what each replica read."""
+
+    def __init__(self, path: str, read: str, expected: str) -> None:
+        super().__init__(
+            f"weights at {path!r} have digest {read}, not the expected {expected} "
             "(a partial write, or another checkpoint?); nothing loaded"
         )
+        self.path = path
+        self.read = read
+        self.expected = expected
+
+    def __reduce__(self) -> tuple[type[DigestMismatch], tuple[str, str, str]]:
+        return (DigestMismatch, (self.path, self.read, self.expected))
+
+
+def verified_digest(path: str | Path, expected: str | None) -> str:
+    """``path``'s digest; with ``expected``, ``DigestMismatch`` unless it is that one (the
+    caller then loads nothing)."""
+    digest = checkpoint_digest(path)
+    if expected is not None and digest != expected:
+        raise DigestMismatch(str(path), digest, expected)
     return digest
 
 

@@ -27,6 +27,7 @@ from app.engines.tokenizer import Tokenizer
 from app.engines.vllm.grouped_proposer import PROPOSER, WORKER_EXTENSION, seer_extra_args
 from app.env import apply_engine_env
 from app.model_cache import resolve_model
+from app.weights_digest import DigestMismatch
 from core.drafting.shared import SyncBatch, SyncReply
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
@@ -307,12 +308,15 @@ class VllmEngine:
             raise RuntimeError(
                 f"{self.replica_id}: {len(self._running)} chunks running; pause dispatch first"
             )
-        seen = await asyncio.wait_for(
+        outcomes = await asyncio.wait_for(
             engine.collective_rpc("seer_load_weights", args=(path, digest)),
             self.config.start_timeout_s,
         )
+        seen = [o["digest"] for o in outcomes]
         if len(set(seen)) != 1:
             raise RuntimeError(f"{self.replica_id}: its workers read different weights: {seen}")
+        if digest is not None and not all(o["loaded"] for o in outcomes):
+            raise DigestMismatch(path, seen[0], digest)  # every worker kept its weights
         if not await engine.reset_prefix_cache():
             raise RuntimeError(f"{self.replica_id}: the prefix cache could not be reset")
         self.policy_version = version

@@ -182,17 +182,22 @@ class SeerWorkerExtension:
         drafter = self._seer_drafter()
         return 0 if drafter is None else drafter.release_groups(group_ids)
 
-    def seer_load_weights(self, path: str, expected: str | None = None) -> str:
+    def seer_load_weights(self, path: str, expected: str | None = None) -> dict:
         """Load the checkpoint in directory ``path`` into this worker's model in place (vLLM's
         ``reload_weights``) and drop every group's draft index (it holds the old policy's
-        tokens); returns the checkpoint's digest (``app.weights_digest``) as this worker read
-        it. With ``expected``, a checkpoint of another digest is refused before anything is
-        loaded (the worker keeps the weights it has)."""
-        from app.weights_digest import verified_digest
+        tokens); returns ``{"digest", "loaded"}``: the checkpoint's digest
+        (``app.weights_digest``) as this worker read it, and whether it loaded it. With
+        ``expected``, a checkpoint of another digest is not loaded (the worker keeps the
+        weights it has; ``loaded`` false: a plain dict crosses vLLM's RPC, an exception only
+        as its text)."""
+        from app.weights_digest import DigestMismatch, verified_digest
 
         if not sorted(Path(path).glob("*.safetensors")):
             raise ValueError(f"weights path {path!r} holds no *.safetensors file")
-        digest = verified_digest(path, expected)
+        try:
+            digest = verified_digest(path, expected)
+        except DigestMismatch as exc:
+            return {"digest": exc.read, "loaded": False}
         self.reload_weights(weights_path=path)  # type: ignore[attr-defined]
         retie_head(self.model_runner.get_model())
         drafter = self._seer_drafter()
@@ -200,7 +205,7 @@ class SeerWorkerExtension:
             if drafter.sync is not None:
                 drafter.sync.clear()
             drafter.release_groups(list(drafter.store.group_ids()))
-        return digest
+        return {"digest": digest, "loaded": True}
 
     def seer_snapshot(self) -> dict:
         drafter = self._seer_drafter()

@@ -6,7 +6,8 @@ Invariants (``app.api.operator`` states what they give a trainer):
 - No chunk runs during an update: dispatch is paused before the drain and resumed after it,
   whatever the outcome; a request holding tokens of the old version restarts from its prompt.
 - Verified where loaded: with the trainer's digest a replica reading another checkpoint loads
-  nothing; without, the digest most replicas read is the agreed one, and a replica that read
+  nothing (when none loaded, that digest was the caller's error: 422 naming what each read);
+  without, the digest most replicas read is the agreed one, and a replica that read
   other bytes is FAILED. The state changes only when at least one replica loaded the weights.
 - A replica reporting another version than the current one is STALE and loads the current
   weights (one load at a time per replica) before a probe may bring it back.
@@ -26,6 +27,7 @@ from app.config import ServiceConfig
 from app.serve.scheduler.jobs import JobError
 from app.serve.scheduler.replica_pool import EngineLinks, ReplicaPool
 from app.serve.scheduler.speculation import SpeculationControl
+from app.weights_digest import DigestMismatch
 
 log = logging.getLogger("seer.dispatcher")
 
@@ -157,7 +159,8 @@ class WeightUpdater:
         path: str,
     ) -> tuple[list[int], dict[str, str], str]:
         """The replicas that loaded the agreed checkpoint, why each other one did not, and the
-        agreed digest; 503 when none loaded anything."""
+        agreed digest. None loaded anything: 422 when the trainer's digest is what no replica
+        read (each one's read is named), else 503."""
         ok = [i for i, o in zip(live, outcomes, strict=True) if not isinstance(o, BaseException)]
         failed = {
             self.pool[i].replica_id: repr(o)
@@ -165,6 +168,17 @@ class WeightUpdater:
             if isinstance(o, BaseException)
         }
         if not ok:
+            seen = {
+                self.pool[i].replica_id: m.read
+                for i, o in zip(live, outcomes, strict=True)
+                if (m := _mismatch(o)) is not None
+            }
+            if seen:
+                raise JobError(
+                    422,
+                    f"sha256={digest} is not the digest of the checkpoint at {path!r}: the "
+                    f"replicas read {seen}; weights unchanged",
+                )
             raise JobError(
                 503, f"no replica loaded the weights at {path!r}: {failed}; weights unchanged"
             )
@@ -215,3 +229,12 @@ class WeightUpdater:
         finally:
             rep.syncing = False
         await self.control.probe(i)
+
+
+def _mismatch(outcome: object) -> DigestMismatch | None:
+    """The ``DigestMismatch`` a replica's update raised (Ray hands it over as itself, or as a
+    ``RayTaskError`` whose ``cause`` it is), else None."""
+    for exc in (outcome, getattr(outcome, "cause", None)):
+        if isinstance(exc, DigestMismatch):
+            return exc
+    return None

@@ -542,9 +542,10 @@ def test_weight_update_reloads_every_replica_without_mixing_versions(
 
     digest = checkpoint_digest(ckpt)  # as the trainer computes it where it saved the weights
     # a digest the checkpoint does not have (a partial write, another step): vLLM's workers
-    # verify before loading, so nothing changes
+    # verify before loading, so nothing changes; the caller's error, each replica's read named
     wrong = client.post("/v1/weights", json={"path": str(ckpt), "sha256": "0" * 64}, headers=auth)
-    assert wrong.status_code == 503 and "not the expected" in wrong.text, wrong.text
+    assert wrong.status_code == 422 and "is not the digest" in wrong.text, wrong.text
+    assert f"'replica-0': '{digest}'" in wrong.text and f"'replica-1': '{digest}'" in wrong.text
     assert client.get("/v1/weights").json()["version"] == 0
     # more responses than the replicas run at once (2 x 32), so chunks are still out when the
     # first response is done (under verl a response is one chunk: its tokens count only then);

@@ -22,6 +22,7 @@ import pytest
 from app.client import SeerClient
 from app.engines.config import EngineConfig
 from app.serve.local import LocalService
+from app.weights_digest import checkpoint_digest
 from tests.app.serve.fakes import FAKE_APP as APP
 from tests.app.serve.fakes import checkpoint
 
@@ -218,6 +219,10 @@ def test_weight_update_changes_samples_and_versions(url: str, tmp_path: Path) ->
         r = http.post("/v1/weights", json={"path": str(tmp_path / folder)}, headers=auth)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "path"], r.text
         assert "is not a checkpoint" in r.text and lacks in r.text, r.text
+    # a sha256 that no replica read: the caller's error (once a 503), each replica's read named
+    r = http.post("/v1/weights", json={"path": str(ckpt), "sha256": "0" * 64}, headers=auth)
+    assert r.status_code == 422 and "is not the digest" in r.text, r.text
+    assert f"'replica-0': '{checkpoint_digest(ckpt)}'" in r.text, r.text
     assert http.get("/v1/weights").json()["version"] == 0  # nothing was loaded
     # weights_root (the temp dir here): nothing loads from outside it, a symlink included
     (tmp_path / "escape").symlink_to("/usr")

@@ -125,10 +125,10 @@ def test_a_replica_on_old_weights_leaves_rotation_until_it_loads_them(tmp_path: 
 
 
 def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
-    """The trainer's digest: a replica that reads another checkpoint loads nothing (here both:
-    503, weights unchanged); with the right one every replica loads and a replica that restarts
-    later is synced against it. Without one, a replica that read other bytes than the rest
-    leaves rotation for good."""
+    """The trainer's digest: a replica that reads another checkpoint loads nothing (here all: the
+    caller's error, 422 naming the digest each read; weights unchanged); with the right one every
+    replica loads and a replica that restarts later is synced against it. Without one, a replica
+    that read other bytes than the rest leaves rotation for good."""
     import torch
     from safetensors.torch import save_file
 
@@ -141,9 +141,11 @@ def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
     good = checkpoint_digest(ckpt)
 
     async def body(d: Dispatcher) -> None:
-        with pytest.raises(JobError, match="not the expected") as refused:
+        with pytest.raises(JobError, match=f"sha256={'f' * 64} is not the digest") as refused:
             await d.updater.update(str(ckpt), 1, digest="f" * 64)
-        assert refused.value.status == 503 and d.updater.state.version == 0
+        assert refused.value.status == 422 and d.updater.state.version == 0
+        for rid in ("replica-0", "replica-1", "replica-2"):
+            assert f"'{rid}': '{good}'" in refused.value.message
         assert [e.policy_version for e in links.engines] == [0, 0, 0]  # nothing loaded
         update = await d.updater.update(str(ckpt), 1, digest=good)
         assert update.digest == good == d.updater.state.digest and len(update.replicas) == 3

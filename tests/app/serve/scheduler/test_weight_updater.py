@@ -113,7 +113,9 @@ def test_chunks_that_do_not_drain_are_504_weights_unchanged_dispatch_resumed(
     asyncio.run(body())
 
 
-def test_none_loading_is_503_and_a_misreading_replica_is_failed(tmp_path: Path) -> None:
+def test_none_loading_is_503_a_misreading_replica_failed_a_wrong_digest_422(
+    tmp_path: Path,
+) -> None:
     async def body() -> None:
         up, control, _, _ = await _updater()
         with pytest.raises(JobError, match="no replica loaded") as e:
@@ -128,7 +130,9 @@ def test_none_loading_is_503_and_a_misreading_replica_is_failed(tmp_path: Path) 
         bad = "f" * 64
         with pytest.raises(JobError) as e:  # the trainer's digest: nothing else loads
             await up.update(str(_ckpt(tmp_path, "step-2")), None, digest=bad)
-        assert e.value.status == 503 and up.version == 1
+        # what no replica read is the caller's error: 422 naming what each live one read
+        assert e.value.status == 422 and up.version == 1, e.value
+        assert "'replica-0': '" in e.value.message and "'replica-2'" not in e.value.message
 
     asyncio.run(body())
 
