@@ -17,7 +17,8 @@ import hmac
 import secrets
 from typing import Any
 
-from fastapi import HTTPException
+from fastapi import Header, HTTPException, Security
+from fastapi.security import HTTPBearer
 
 from app.api import SpeculationUpdate
 from app.env import OPERATOR_TOKEN_ENV, operator_token
@@ -124,3 +125,19 @@ def _bad(name: str, msg: str) -> HTTPException:
     return HTTPException(
         422, [{"loc": ["body", "settings", name], "msg": msg, "type": "value_error"}]
     )
+
+
+#: How /openapi.json states the rules above (the handlers read the header themselves, so the
+#: answers stay this module's 401/403): ``OPERATOR`` on the routes only the operator token
+#: opens, ``OPERATOR_OR_OWN`` (an alternative without it) on those a cancel token or a
+#: ``/generate`` rid may open too. ``Authorization`` is the one header either reads.
+BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="Authorization: Bearer <token>: the operator token (SEER_OPERATOR_TOKEN or "
+    "operator_token), or for DELETE /v1/rollouts/{id} the job's cancel_token",
+)
+OPERATOR: dict[str, Any] = {"dependencies": [Security(BEARER)]}
+# the scheme itself is registered by the OPERATOR routes' dependency
+OPERATOR_OR_OWN: dict[str, Any] = {"openapi_extra": {"security": [{"bearer": []}, {}]}}
+AUTHORIZATION = Header(None, include_in_schema=False)  # declared by the schemes above

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from app.api import ServiceHealth, SpeculationState, SpeculationUpdate
 from app.serve.ingress.app import api
-from app.serve.ingress.auth import authorize, settings_patch
+from app.serve.ingress.auth import AUTHORIZATION, OPERATOR, authorize, settings_patch
 from app.serve.ingress.base import IngressBase
 from app.serve.ingress.errors import BODY_ERRORS, documented
 from app.serve.scheduler.metrics import CONTENT_TYPE
@@ -56,11 +56,12 @@ class ControlRoutes(IngressBase):
         "/v1/speculation",
         response_model=SpeculationState,
         responses=documented(401, 403, *BODY_ERRORS),
+        **OPERATOR,
     )
     async def put_speculation(
         self,
         update: SpeculationUpdate,
-        authorization: str | None = Header(None),
+        authorization: str | None = AUTHORIZATION,
         x_operator: str | None = Header(None, max_length=100),
     ) -> SpeculationState:
         """Change drafting settings on every replica, live (fields not given keep their

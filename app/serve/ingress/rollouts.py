@@ -8,13 +8,20 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import Header, HTTPException, Request
+from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.api import JobAccepted, JobState, JobStatus, RolloutRequest, RolloutResponse
 from app.rollout import rollout_stats
 from app.serve.ingress.app import api
-from app.serve.ingress.auth import bearer, is_operator, new_cancel_token, token_digest
+from app.serve.ingress.auth import (
+    AUTHORIZATION,
+    OPERATOR_OR_OWN,
+    bearer,
+    is_operator,
+    new_cancel_token,
+    token_digest,
+)
 from app.serve.ingress.errors import BODY_ERRORS, documented, failed
 from app.serve.ingress.submit import Submission
 
@@ -71,8 +78,9 @@ class RolloutRoutes(Submission):
         "/v1/rollouts/{job_id}",
         response_model=JobStatus,
         responses=documented(401, 403, 404),
+        **OPERATOR_OR_OWN,
     )
-    async def cancel(self, job_id: str, authorization: str | None = Header(None)) -> JobStatus:
+    async def cancel(self, job_id: str, authorization: str | None = AUTHORIZATION) -> JobStatus:
         """Cancel: the job's chunks are aborted on the engines and stop using capacity; the job
         stays readable (state cancelled, or the state it had ended in: cancelling is idempotent)
         until job_ttl_s. Needs ``Authorization: Bearer <token>``: the job's ``cancel_token``

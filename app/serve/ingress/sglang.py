@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import Header, HTTPException
+from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 
 from app.api import (
@@ -20,7 +20,7 @@ from app.api import (
 )
 from app.api.sglang import generate_response
 from app.serve.ingress.app import api
-from app.serve.ingress.auth import authorize
+from app.serve.ingress.auth import AUTHORIZATION, OPERATOR, OPERATOR_OR_OWN, authorize
 from app.serve.ingress.errors import (
     BODY_ERRORS,
     as_native,
@@ -50,9 +50,9 @@ class SGLangRoutes(Submission, WeightsRoutes):
         )
         return JSONResponse(content=out)
 
-    @api.post("/abort_request", responses=documented(401, 403, *BODY_ERRORS))
+    @api.post("/abort_request", responses=documented(401, 403, *BODY_ERRORS), **OPERATOR_OR_OWN)
     async def abort_request(
-        self, req: AbortRequest, authorization: str | None = Header(None)
+        self, req: AbortRequest, authorization: str | None = AUTHORIZATION
     ) -> dict[str, list[str]]:
         """Abort one ``/generate`` call by the ``rid`` it was sent with (the caller's own id:
         choose it unguessable), or every open job (``abort_all``: an operator change, it needs
@@ -86,9 +86,10 @@ class SGLangRoutes(Submission, WeightsRoutes):
                 ]}}},
             },
         },
+        **OPERATOR,
     )  # fmt: skip
     async def update_weights_from_disk(
-        self, req: DiskWeightsRequest, authorization: str | None = Header(None)
+        self, req: DiskWeightsRequest, authorization: str | None = AUTHORIZATION
     ) -> JSONResponse:
         """``POST /v1/weights`` in SGLang's shape: ``{"model_path", "weight_version",
         "abort_all_requests"}`` -> ``{"success", "message", "num_paused_requests"}``."""

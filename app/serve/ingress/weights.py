@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from fastapi import Header
-
 from app.api import WeightsState, WeightsUpdate, WeightsUpdateRequest
 from app.serve.ingress.app import api
-from app.serve.ingress.auth import authorize
+from app.serve.ingress.auth import AUTHORIZATION, OPERATOR, authorize
 from app.serve.ingress.base import IngressBase
 from app.serve.ingress.errors import BODY_ERRORS, documented, unprocessable
 from app.weights_digest import checkpoint_problem
@@ -53,9 +51,10 @@ class WeightsRoutes(IngressBase):
         "/v1/weights",
         response_model=WeightsUpdate,
         responses=documented(401, 403, 409, 503, 504, *BODY_ERRORS),
+        **OPERATOR,
     )
     async def update_weights(
-        self, req: WeightsUpdateRequest, authorization: str | None = Header(None)
+        self, req: WeightsUpdateRequest, authorization: str | None = AUTHORIZATION
     ) -> WeightsUpdate:
         """Load new policy weights into every engine replica between chunks (operator bearer
         token): dispatch pauses, running chunks finish (or are aborted), unfinished requests

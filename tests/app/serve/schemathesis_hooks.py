@@ -9,7 +9,8 @@ schema-valid value for another: the case stays positive). A negative case is nev
 service refuses it either way). One failure is dropped, for the reason its hook says
 (DELETE /v1/rollouts/{id} cancels, it does not delete). The app's config comes in
 ``SEER_FUZZ_APP`` (JSON: the ``args`` it was deployed with), the checkpoint in
-``SEER_FUZZ_CHECKPOINT``.
+``SEER_FUZZ_CHECKPOINT``. Every answer's status is appended to ``SEER_FUZZ_STATUSES`` (one
+"METHOD PATH STATUS" line per call: what the test asserts each endpoint answered).
 
 What the config makes unable to bind, so no hook is needed: the KV checks of
 ``Dispatcher._check_fits`` (the fake engine's KV is max_model_len x max_num_seqs, so a response
@@ -152,3 +153,11 @@ def map_case(context: HookContext, case: Case) -> Case:
     if _positive(case):
         case.body = loadable(_label(case), case.body)
     return case
+
+
+@schemathesis.hook
+def after_call(context: HookContext, case: Case, response: Any) -> None:
+    out = os.environ.get("SEER_FUZZ_STATUSES")
+    if out:
+        with open(out, "a") as fh:
+            fh.write(f"{_label(case)} {response.status_code}\n")

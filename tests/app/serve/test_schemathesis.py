@@ -97,20 +97,33 @@ def test_schemathesis_finds_nothing(fuzzed: dict[str, Any], tmp_path: Path, oper
         "--workers", "1", "--request-timeout", "30", "--generation-database", "none",
         "--no-color", "--report", "junit", "--report-dir", str(tmp_path / "reports"),
     ]  # fmt: skip
+    paths = httpx.get(f"{fuzzed['url']}/openapi.json").json()["paths"]
+    secured = {  # what the schema says each endpoint's security is: [{"bearer": []}(, {})]
+        f"{method.upper()} {path}": op["security"]
+        for path, ops in paths.items()
+        for method, op in ops.items()
+        if "security" in op
+    }
+    required = sorted(label for label, sec in secured.items() if {} not in sec)
+    assert required == [  # the operator's endpoints, declared (the fuzzer's auth checks act)
+        "POST /update_weights_from_disk", "POST /v1/weights", "PUT /v1/speculation",
+    ]  # fmt: skip
+    assert sorted(label for label, sec in secured.items() if {} in sec) == [
+        "DELETE /v1/rollouts/{job_id}", "POST /abort_request",
+    ]  # fmt: skip
     if operator:
         cmd += ["--header", f"Authorization: Bearer {TOKEN}"]
     else:  # the endpoints that read a token (the others are fuzzed in the operator pass)
-        paths = httpx.get(f"{fuzzed['url']}/openapi.json").json()["paths"]
-        for path, ops in paths.items():
-            for method, op in ops.items():
-                if any(p["name"] == "authorization" for p in op.get("parameters", [])):
-                    cmd += ["--include-name", f"{method.upper()} {path}"]
+        for label in secured:
+            cmd += ["--include-name", label]
+    statuses = tmp_path / "statuses.txt"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "SCHEMATHESIS_HOOKS": str(HOOKS),
         "SEER_FUZZ_APP": json.dumps(fuzzed["args"]),
         "SEER_FUZZ_CHECKPOINT": fuzzed["checkpoint"],
+        "SEER_FUZZ_STATUSES": str(statuses),
     }
     t0 = time.monotonic()
     run = subprocess.run(
@@ -119,3 +132,15 @@ def test_schemathesis_finds_nothing(fuzzed: dict[str, Any], tmp_path: Path, oper
     print(f"schemathesis: exit {run.returncode} in {time.monotonic() - t0:.0f} s")
     print(run.stdout[-3000:])
     assert run.returncode == 0, run.stdout + run.stderr
+    seen: dict[str, set[int]] = {}
+    for line in statuses.read_text().splitlines():
+        label, code = line.rsplit(" ", 1)
+        seen.setdefault(label, set()).add(int(code))
+    if operator:  # the token opened every operator endpoint at least once (a fuzz that never
+        # got through would pass on its exit code alone)
+        for label in [*required, "POST /abort_request"]:
+            assert any(200 <= c < 300 for c in seen.get(label, ())), (label, seen.get(label))
+    else:  # without it none answered but 401 (no token) or a refusal of the body itself
+        for label in required:
+            assert 401 in seen.get(label, ()), (label, seen.get(label))
+            assert not any(200 <= c < 300 for c in seen[label]), (label, seen[label])
