@@ -233,6 +233,14 @@ class ServiceConfig(BaseModel):
                 f"gpus_per_replica={gpus:g} with engine.tensor_parallel_size=1: an engine uses one "
                 "GPU; set tensor_parallel_size to split it over more"
             )
+        util = self.engine.gpu_memory_utilization
+        if 0 < gpus < 1 and util > gpus:
+            raise ValueError(
+                f"engine.gpu_memory_utilization={util:g} exceeds gpus_per_replica={gpus:g}: "
+                "replicas that share a GPU each take gpu_memory_utilization of its memory, so "
+                f"the second could never start; set it to at most {gpus:g} (say "
+                f"{0.85 * gpus:.3g})"
+            )
         return self
 
     @property

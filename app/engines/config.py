@@ -155,7 +155,8 @@ class EngineConfig(BaseModel):
         0.85,
         gt=0,
         le=1.0,
-        description="GPU only: fraction of each GPU's memory vLLM may take (weights + KV), (0, 1]",
+        description="GPU only: fraction of each GPU's memory vLLM may take (weights + KV), (0, 1]; "
+        "at most the service's gpus_per_replica when that is a fraction (replicas share a GPU)",
     )
     tensor_parallel_size: int = Field(
         1,

@@ -34,6 +34,10 @@ from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
 
 #: bound on one call into the engine core between steps (draft counts, settings)
 _RPC_TIMEOUT_S = 30.0
+#: the vLLM release this backend is written against: the grouped proposer and the worker
+#: extension use its internals (the model runner's batch, the rejection sampler,
+#: ``reload_weights``); pyproject's ``cpu`` and ``gpu`` extras pin the same
+SUPPORTED_VLLM = "0.32"
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,16 @@ def _on_cpu() -> bool:
     import torch
 
     return not torch.cuda.is_available()
+
+
+def check_vllm_version(version: str) -> None:
+    """RuntimeError naming both unless ``version`` (vLLM's ``__version__``) is a release of
+    ``SUPPORTED_VLLM``: another one would fail later, inside an engine step."""
+    if version.split("+")[0].split(".")[:2] != SUPPORTED_VLLM.split("."):
+        raise RuntimeError(
+            f"vLLM {version} is installed, but this backend supports vLLM {SUPPORTED_VLLM}.x "
+            f"only (install seer-rollout[gpu], which pins vllm>={SUPPORTED_VLLM},<0.33)"
+        )
 
 
 def uses_ray_workers(config: EngineConfig) -> bool:
@@ -204,6 +218,9 @@ class VllmEngine:
         ray_workers = uses_ray_workers(self.config)
         cpu = not ray_workers and _on_cpu()
         apply_engine_env(cpu, self.config.kv_cache_gib, self.config.cpu_threads)
+        import vllm
+
+        check_vllm_version(vllm.__version__)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 

@@ -32,7 +32,7 @@ def test_a_cpu_replica_asks_for_cpus_only() -> None:
 
 @pytest.mark.parametrize("gpus", [1.0, 0.5])
 def test_a_one_gpu_replica_holds_its_gpu_in_one_bundle(gpus: float) -> None:
-    cfg = _cfg(gpus_per_replica=gpus)
+    cfg = _cfg(gpus_per_replica=gpus, engine={"gpu_memory_utilization": 0.85 * gpus})
     assert cfg.on_gpu
     opts = engine_options(cfg, "engine-3")
     assert opts["ray_actor_options"] == {"num_cpus": 0.5, "num_gpus": gpus}
@@ -81,6 +81,8 @@ def test_tensor_parallel_ray_is_ray_serve_llm_s_layout() -> None:
         ({"placement_strategy": "SPREAD"}, ["placement_strategy"]),
         ({"control_resources": {"head": 0}}, ["control_resources['head']=0"]),
         ({"control_resources": {"": 1}}, ["control_resources['']"]),
+        # two replicas on one GPU, each asking vLLM for 85% of it: the second never starts
+        ({"gpus_per_replica": 0.5}, ["gpu_memory_utilization=0.85", "gpus_per_replica=0.5"]),
     ],
 )
 def test_gpu_and_placement_settings_are_validated_naming_the_field(
