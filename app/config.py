@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from app.engines.config import EngineConfig
+from app.env import database_url, operator_token
 from app.store.config import StoreConfig
 from core.drafting.step_drafter import DraftSettings
 from core.scheduling.config import DEFAULT_CHUNK_TOKENS, SchedulerConfig
@@ -273,6 +274,21 @@ class ServiceConfig(BaseModel):
     def resolve_policy(self, name: str) -> PolicyPlan:
         """The policy object of ``name``; ValueError naming the valid names."""
         return get_policy(check_policy(name), self.scheduler_base())
+
+    def with_environment(self) -> Self:
+        """This config with what this process's environment gives for what it leaves unset
+        written in: ``$SEER_DATABASE_URL`` as ``store.database_url``, ``$SEER_OPERATOR_TOKEN``
+        as ``operator_token``. A deployment on another node reads its raylet's environment, not
+        the one ``seer serve`` ran in, so what the command resolved travels in the config it
+        deploys (the README's cluster recipe exports the URL)."""
+        fields = self.model_dump()
+        url = database_url()
+        if url and self.store.database_url is None:
+            fields["store"] = {**fields["store"], "database_url": url}
+        token = operator_token()
+        if token and self.operator_token is None:
+            fields["operator_token"] = token
+        return type(self).model_validate(fields) if fields != self.model_dump() else self
 
 
 class AppConfig(ServiceConfig):

@@ -115,7 +115,9 @@ def serve_cmd(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    cfg = sf.config
+    # what this shell's environment sets travels in the config: deployments on other nodes read
+    # their raylet's environment, not this one's
+    cfg = sf.config.with_environment()
     host = host or sf.host
     port = port or sf.port
     address = address or os.environ.get("RAY_ADDRESS") or None

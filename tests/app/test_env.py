@@ -44,3 +44,27 @@ def test_cpu_threads_set_torch_s_threads_and_turn_vllm_s_pinning_off(
         )  # fmt: skip
         torch_threads = int(plain.stdout)
     assert int(got_threads) == torch_threads
+
+
+def test_what_the_environment_gives_travels_in_the_deployed_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``seer serve`` deploys ``AppConfig.with_environment()``: deployments on other nodes
+    read their raylet's environment, so the URL and token it resolved are written in, and
+    what the config sets itself wins."""
+    from app.config import AppConfig
+
+    monkeypatch.setenv("SEER_DATABASE_URL", "postgresql+psycopg://seer@db:5432/seer")
+    monkeypatch.setenv("SEER_OPERATOR_TOKEN", "env-token")
+    got = AppConfig().with_environment()
+    assert got.store.database_url == "postgresql+psycopg://seer@db:5432/seer"
+    assert got.operator_token is not None and got.operator_token.get_secret_value() == "env-token"
+    own = AppConfig.model_validate(
+        {"operator_token": "mine", "store": {"database_url": "sqlite:////tmp/own.db"}}
+    ).with_environment()
+    assert own.store.database_url == "sqlite:////tmp/own.db"
+    assert own.operator_token is not None and own.operator_token.get_secret_value() == "mine"
+    monkeypatch.delenv("SEER_DATABASE_URL")
+    monkeypatch.delenv("SEER_OPERATOR_TOKEN")
+    plain = AppConfig()
+    assert plain.with_environment() is plain

@@ -336,3 +336,35 @@ def test_a_worker_node_lost_mid_rollout_loses_nothing_and_its_replicas_come_back
     runs = {r["replica_id"]: r["version"] for r in spec["replicas"]}
     assert all(runs[rid] == spec_version for rid in lost), spec["replicas"]
     assert health["status"] == "ok"
+
+
+def test_the_readme_s_cluster_recipe_brings_the_environment_to_the_deployments(
+    cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    """README, "GPUs and Ray clusters": export SEER_DATABASE_URL, then seer serve --address. The
+    scheduler runs on the cluster, whose environment is its raylet's: the CLI saw the URL, the
+    actor did not, refused to start and the deploy failed. Now what the command resolved from
+    its environment (the store's URL, the operator token) reaches the deployments."""
+    db = tmp_path / "seer.db"  # one disk for every node of this machine's cluster
+    args = {**_ARGS, "store": {"enabled": True}}
+    del args["operator_token"]
+    serve = SeerServe(cluster, tmp_path, args)
+    serve.env["SEER_DATABASE_URL"] = f"sqlite:///{db}"
+    serve.env["SEER_OPERATOR_TOKEN"] = "from-the-env"
+    with serve:
+        body = {"prompts": [[5, 6]], "group_size": 2, "max_tokens": 16, "wait": True}
+        r = httpx.post(f"{serve.url}/v1/rollouts", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        auth = {"Authorization": "Bearer from-the-env"}
+        put = {"settings": {"max_draft": 3}}
+        r = httpx.put(f"{serve.url}/v1/speculation", json=put, headers=auth, timeout=30)
+        assert r.status_code == 200, r.text  # the ingress, on the cluster, has the token
+        store = serve.health()["store"]
+        assert store is not None and store["accepted"] > 0, store
+    from app.store.reader import StoreReader
+
+    reader = StoreReader(f"sqlite:///{db}")
+    try:
+        assert [j.state for j in reader.jobs()] == ["done"]
+    finally:
+        reader.close()
