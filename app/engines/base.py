@@ -37,12 +37,14 @@ class TextCodec(Protocol):
 @runtime_checkable
 class ChunkEngine(Protocol):
     config: EngineConfig
+    policy_version: int  # of the weights it runs (stamped on every ChunkResult)
 
     async def start(self) -> None:
         """Load the model; idempotent."""
 
     async def run_chunk(self, request: ChunkRequest) -> ChunkResult:
-        """Generate one chunk of one request."""
+        """Generate one chunk of one request; the result carries the ``policy_version`` the
+        engine had when the chunk started."""
 
     async def abort(self, request_id: str) -> bool:
         """Abort the running chunk of ``request_id``; False when none is running."""

@@ -94,6 +94,7 @@ class FakeEngine:
         if request.request_id in self._running:
             raise ValueError(f"request {request.request_id} already has a running chunk")
         budget = request.budget_within(self.max_model_len)
+        version = self.policy_version
         self._running.add(request.request_id)
         t0 = time.perf_counter()
         context = [*request.prompt_token_ids, *request.generated_token_ids]
@@ -126,6 +127,7 @@ class FakeEngine:
             finish_reason=finish,
             engine_steps=len(tokens),
             elapsed_s=time.perf_counter() - t0,
+            policy_version=version,
         )
 
     async def check_health(self) -> None:

@@ -129,6 +129,12 @@ class ChunkResult(BaseModel):
     accepted_tokens: int = Field(0, ge=0)
     engine_steps: int = Field(0, ge=0, description="decode steps that produced these tokens")
     elapsed_s: float = Field(0.0, ge=0.0)
+    policy_version: int = Field(
+        0,
+        ge=0,
+        description="version of the weights the engine ran the chunk under (its version when the "
+        "chunk started; weights load only between chunks)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ChunkResult:

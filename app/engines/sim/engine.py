@@ -76,6 +76,7 @@ class _Chunk:
     pull: asyncio.TimerHandle | None = None
     produced: int = 0  # when over: tokens it returns
     finish: FinishReason = FinishReason.CHUNK
+    policy_version: int = 0  # the engine's weights when the chunk started
 
 
 class SimCodec:
@@ -210,6 +211,7 @@ class SimEngine:
             ),
             future=self._loop.create_future(),
             wall0=time.perf_counter(),
+            policy_version=self.policy_version,
         )
         self._chunks[k] = chunk
         self._by_request[request.request_id] = k
@@ -452,4 +454,5 @@ class SimEngine:
             finish_reason=chunk.finish,
             engine_steps=chunk.produced,
             elapsed_s=time.perf_counter() - chunk.wall0,
+            policy_version=chunk.policy_version,
         )

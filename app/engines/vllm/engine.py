@@ -406,6 +406,7 @@ class VllmEngine:
         from vllm.inputs import TokensPrompt
 
         budget = request.budget_within(self.max_model_len)
+        version = self.policy_version  # weights load only between chunks (update_weights)
         context = [*request.prompt_token_ids, *request.generated_token_ids]
         s = request.sampling
         engine_id = f"{request.engine_request_id}-{uuid.uuid4().hex[:8]}"
@@ -497,6 +498,7 @@ class VllmEngine:
             accepted_tokens=accepted,
             engine_steps=steps,
             elapsed_s=elapsed,
+            policy_version=version,
         )
 
     async def check_health(self) -> None:

@@ -86,6 +86,7 @@ class EngineReplica:
                 token_ids=[],
                 logprobs=[] if request.logprobs else None,
                 finish_reason=FinishReason.ABORT,
+                policy_version=self.engine.policy_version,
             )
         self._running[request.request_id] = key[1]
         try:

@@ -7,10 +7,11 @@ Invariants:
 - A chunk's tokens are appended to its response before the scheduler hears of them, so the next
   chunk continues exactly where the last one stopped (``app.serve.scheduler.flights``: at most
   one chunk in flight per request, each ending in exactly one outcome).
-- Every request completes exactly once: a chunk lost to an unreachable replica (reclaimed, or
-  failed so) is reported to the scheduler as aborted with no new tokens and re-dispatched to a
-  live replica, continuing from the tokens its earlier chunks returned. A cancelled job reports
-  no group; its partial answer holds what its chunks made, those its end aborted included.
+- Every request completes exactly once: a chunk lost to an unreachable replica, or run on other
+  weights than its response's ``policy_version`` (its replica leaves rotation), is reported to the
+  scheduler as aborted with no new tokens and re-dispatched, continuing from the tokens its earlier
+  chunks returned. A cancelled job reports no group; its partial answer holds what its chunks made,
+  those its end aborted included.
 - Admission is global (the scheduler's KV reservations span every job), so concurrent jobs never
   oversubscribe a replica under the divided policies.
 - Every call to a replica other than a running chunk (probe, abort) is bounded by
@@ -313,6 +314,12 @@ class Dispatcher(JobDesk):
             s.complete(d.request_id, 0, FinishReason.ABORT)
             if d.request_id in job.aborting and not flight.restart:
                 job.keep_partial(run, rep_id, res)
+            self._after_request(job, d, finished=False)
+            return
+        if res.policy_version != run.policy_version:  # ran on other weights: never kept
+            why = f"ran a chunk on weights v{res.policy_version}, not v{run.policy_version}"
+            self.pool.set_state(d.replica, ReplicaState.STALE, why)  # out until it syncs
+            s.complete(d.request_id, 0, FinishReason.ABORT)  # re-dispatched from its tokens
             self._after_request(job, d, finished=False)
             return
         run.take(rep_id, res)

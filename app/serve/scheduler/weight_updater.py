@@ -10,7 +10,9 @@ Invariants (``app.api.operator`` states what they give a trainer):
   without, the digest most replicas read is the agreed one, and a replica that read
   other bytes is FAILED. The state changes only when at least one replica loaded the weights.
 - A replica reporting another version than the current one is STALE and loads the current
-  weights (one load at a time per replica) before a probe may bring it back.
+  weights (one load at a time per replica) before a probe may bring it back; none rejoins
+  while an update runs. A chunk result carries the version it ran under, and the dispatcher
+  keeps no token of a chunk run on other weights than its response's.
 """
 
 from __future__ import annotations
@@ -195,9 +197,14 @@ class WeightUpdater:
         return [i for i in ok if read[i] == agreed], failed, agreed
 
     def out_of_date(self, i: int, loaded: int) -> bool:
-        """Replica i reports weights ``loaded``: when that is not the current version (and no
-        update is running), it is STALE and loads the current weights; True then."""
-        if loaded == self.state.version or self.state.updating:
+        """Replica i reports weights ``loaded``: when that is not the current version, it is
+        STALE and loads the current weights; True then. While an update runs, a replica out of
+        rotation stays out (True): the update loads only the replicas live when it began, and
+        one that rejoined now would serve its old weights under the new version; it catches up
+        after the update."""
+        if self.state.updating:
+            return self.pool[i].state is not ReplicaState.HEALTHY
+        if loaded == self.state.version:
             return False
         rep = self.pool[i]
         why = f"runs weights v{loaded}, not v{self.state.version}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,14 @@ from app.api import JobState, ReplicaState
 from app.serve.scheduler.dispatcher import Dispatcher
 from app.serve.scheduler.jobs import JobError
 from core.events import CollectingSink, JobStarted, RequestFinished
-from tests.app.serve.fakes import FakeDrafts, FakeLinks, job_plan, run_dispatcher, service_config
+from tests.app.serve.fakes import (
+    FakeDrafts,
+    FakeLinks,
+    checkpoint,
+    job_plan,
+    run_dispatcher,
+    service_config,
+)
 
 
 def test_jobs_with_one_group_key_run_as_one_scheduler_group() -> None:
@@ -164,5 +172,116 @@ def test_weights_are_verified_where_they_are_loaded(tmp_path: Path) -> None:
         assert update.digest == good and sorted(update.replicas) == ["replica-0", "replica-2"]
         assert "0000" in update.failed_replicas["replica-1"]
         assert d.pool.replicas[1].state is ReplicaState.FAILED
+
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
+
+
+def _logged(links: FakeLinks) -> list[tuple[int, str, int, int]]:
+    """Every chunk each fake replica ran: (replica, request, tokens before it, the version of
+    the weights it ran under), appended as each ends."""
+    ran: list[tuple[int, str, int, int]] = []
+    original = links.run_chunk
+
+    async def run_chunk(replica: int, chunk: Any) -> Any:
+        version = links.engines[replica].policy_version
+        result = await original(replica, chunk)
+        ran.append((replica, chunk.request_id, len(chunk.generated_token_ids), version))
+        return result
+
+    links.run_chunk = run_chunk  # type: ignore[method-assign]
+    return ran
+
+
+def _tokens_by_request(d: Dispatcher, job_id: str) -> dict[str, tuple[int, list[int]]]:
+    job = d.book.get(job_id)
+    return {rid: (run.policy_version, list(run.tokens)) for rid, run in job.plan.runs.items()}
+
+
+def test_a_replica_down_when_an_update_begins_never_serves_old_weights_under_the_new(
+    tmp_path: Path,
+) -> None:
+    """Issue 38, defect 2: a replica down when an update began is not among those it loads,
+    and a probe during the update rejoined it on its old weights: from the resume its chunks
+    went out stamped with the new policy_version. Now it stays out until it synced, and every
+    token of every response was sampled by the version it is stamped with (the per-replica
+    log of what each ran says so, and the tokens equal those of the same seeded job on
+    replicas that all run the new weights: the fake engine's tokens depend on its weights)."""
+    links = FakeLinks(n=2, step_s=0.002)
+    ran = _logged(links)
+    ckpt = checkpoint(tmp_path / "v1")
+    loading, release = asyncio.Event(), asyncio.Event()
+    load = links.update_weights
+
+    async def slow_load(replica: int, path: str, version: int, digest: str | None) -> str:
+        loading.set()
+        await release.wait()
+        return await load(replica, path, version, digest)
+
+    links.update_weights = slow_load  # type: ignore[method-assign]
+
+    async def body(d: Dispatcher) -> None:
+        links.down.add(1)
+        await d.probes.probe_all()
+        assert d.pool.replicas[1].state is ReplicaState.DOWN
+        update = asyncio.ensure_future(d.updater.update(str(ckpt), 1))
+        await asyncio.wait_for(loading.wait(), 10)  # loading replica 0 only
+        links.down.discard(1)  # replica 1 is back, on v0, while the update runs
+        await d.probes.probe_all()
+        assert d.pool.replicas[1].state is not ReplicaState.HEALTHY  # stays out meanwhile
+        release.set()
+        assert (await update).replicas == ["replica-0"]
+        d.submit(job_plan("j", prompts=6, g=4, max_tokens=60, sampling={"seed": 5}))
+        assert (await d.wait("j")).state is JobState.DONE
+        got = _tokens_by_request(d, "j")
+        # the same seeded job once both replicas run v1: token for token what v1 samples
+        deadline = asyncio.get_running_loop().time() + 10
+        while d.pool.replicas[1].state is not ReplicaState.HEALTHY:
+            assert asyncio.get_running_loop().time() < deadline, d.pool.replicas[1].error
+            await asyncio.sleep(0.01)
+        assert links.engines[1].policy_version == 1  # synced by then
+        d.submit(job_plan("again", prompts=6, g=4, max_tokens=60, sampling={"seed": 5}))
+        assert (await d.wait("again")).state is JobState.DONE
+        want = _tokens_by_request(d, "again")
+        assert [got[f"j{k[5:]}"] for k in sorted(want)] == [want[k] for k in sorted(want)]
+
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
+    assert ran and all(version == 1 for _, _, _, version in ran), sorted(set(ran))[:10]
+
+
+def test_a_chunk_run_on_other_weights_is_discarded_and_runs_again(tmp_path: Path) -> None:
+    """A result carries the version it ran under; one that is not its response's is never
+    kept: the chunk runs again and its replica leaves rotation until it synced. Here replica 1
+    restarted on v0 while its probes still said v1 (until it had run a chunk on v0); the job's
+    tokens are still those of the same seeded job on replicas that all run v1."""
+    links = FakeLinks(n=2, step_s=0.002)
+    ran = _logged(links)
+    ckpt = checkpoint(tmp_path / "v1")
+
+    async def body(d: Dispatcher) -> None:
+        await d.updater.update(str(ckpt), 1)
+        restarted = links.engines[1]
+        report = restarted.load
+
+        def stale_report() -> Any:  # says v1 until it ran a chunk on v0
+            out = report()
+            if not any(r == 1 and v == 0 for r, _, _, v in ran):
+                out = out.model_copy(update={"policy_version": 1})
+            return out
+
+        restarted.policy_version, restarted._weights = 0, ""  # the restart: its first weights
+        restarted.load = stale_report  # type: ignore[method-assign]
+        d.submit(job_plan("j", prompts=4, g=4, max_tokens=60, sampling={"seed": 5}))
+        assert (await d.wait("j")).state is JobState.DONE
+        got = _tokens_by_request(d, "j")
+        assert any(r == 1 and v == 0 for r, _, _, v in ran), "no chunk ran on v0"
+        deadline = asyncio.get_running_loop().time() + 10
+        while d.pool.replicas[1].state is not ReplicaState.HEALTHY:  # back once it synced
+            assert asyncio.get_running_loop().time() < deadline, d.pool.replicas[1].error
+            await asyncio.sleep(0.01)
+        assert restarted.policy_version == 1
+        d.submit(job_plan("again", prompts=4, g=4, max_tokens=60, sampling={"seed": 5}))
+        assert (await d.wait("again")).state is JobState.DONE
+        want = _tokens_by_request(d, "again")
+        assert [got[f"j{k[5:]}"] for k in sorted(want)] == [want[k] for k in sorted(want)]
 
     asyncio.run(run_dispatcher(links, service_config(), "divided", body))
