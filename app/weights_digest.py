@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import struct
 from pathlib import Path
 
@@ -69,6 +70,21 @@ class DigestMismatch(ValueError):
 
     def __reduce__(self) -> tuple[type[DigestMismatch], tuple[str, str, str]]:
         return (DigestMismatch, (self.path, self.read, self.expected))
+
+
+def verified_copy(path: str | Path, expected: str | None, into: str | Path) -> str:
+    """Copy the ``*.safetensors`` files of ``path`` into the private directory ``into`` and
+    return the digest of the copy (``DigestMismatch`` when ``expected`` is another): what a
+    replica loads from ``into`` afterwards is exactly what was verified, whatever happens to
+    ``path`` meanwhile (a digest taken before the load reads the files again would miss a file
+    changed in between)."""
+    out = Path(into)
+    for f in sorted(Path(path).glob("*.safetensors")):
+        shutil.copyfile(f, out / f.name)
+    digest = checkpoint_digest(out)
+    if expected is not None and digest != expected:
+        raise DigestMismatch(str(path), digest, expected)
+    return digest
 
 
 def verified_digest(path: str | Path, expected: str | None) -> str:

@@ -66,3 +66,27 @@ def test_a_directory_without_config_or_weights_is_not_a_checkpoint(tmp_path: Pat
     (tmp_path / "nested" / "config.json").write_text("{}")
     checkpoint(tmp_path / "nested" / "sub")
     assert "lacks *.safetensors" in (checkpoint_problem(tmp_path / "nested") or "")
+
+
+def test_a_verified_copy_is_what_was_checked_whatever_the_source_does_after(
+    tmp_path: Path,
+) -> None:
+    """Issue 38, defect 3: the digest was taken, then the load read the files again, so a
+    file changed in between went unnoticed. The vLLM worker now verifies a private copy and
+    loads from it (``verified_copy``): a change to the source after the check reaches nothing
+    that is loaded, and a copy of other bytes than the trainer's digest is refused."""
+    from app.weights_digest import DigestMismatch, verified_copy
+
+    src = _save(tmp_path / "src", [["a.weight", "b.bias"], ["c"]])
+    want = checkpoint_digest(src)
+    private = tmp_path / "private"
+    private.mkdir()
+    assert verified_copy(src, want, private) == want
+    save_file({"c": torch.tensor([9])}, src / "model-1.safetensors")  # changed after the check
+    assert checkpoint_digest(src) != want and checkpoint_digest(private) == want
+    again = tmp_path / "again"
+    again.mkdir()
+    with pytest.raises(DigestMismatch) as err:
+        verified_copy(src, want, again)
+    assert err.value.read == checkpoint_digest(src) and err.value.expected == want
+    assert "nothing loaded" in str(err.value)

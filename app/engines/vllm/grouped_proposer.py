@@ -104,6 +104,17 @@ class GroupedProposer:
         return out
 
 
+def _tensors(folder: Path) -> Any:
+    """Every tensor of the ``*.safetensors`` files in ``folder``, as (name, tensor) on the CPU:
+    the weights iterator of vLLM's ``reload_weights``."""
+    from safetensors import safe_open
+
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt", device="cpu") as fh:
+            for name in fh.keys():  # noqa: SIM118 - safe_open is not a mapping
+                yield name, fh.get_tensor(name)
+
+
 def retie_head(model: Any) -> bool:
     """Point a tied output head at the reloaded embeddings again and redo its load-time
     processing; True when the model ties them. vLLM's ``reload_weights`` re-processes only the
@@ -190,15 +201,19 @@ class SeerWorkerExtension:
         ``expected``, a checkpoint of another digest is not loaded (the worker keeps the
         weights it has; ``loaded`` false: a plain dict crosses vLLM's RPC, an exception only
         as its text)."""
-        from app.weights_digest import DigestMismatch, verified_digest
+        import tempfile
+
+        from app.weights_digest import DigestMismatch, verified_copy
 
         if not sorted(Path(path).glob("*.safetensors")):
             raise ValueError(f"weights path {path!r} holds no *.safetensors file")
-        try:
-            digest = verified_digest(path, expected)
-        except DigestMismatch as exc:
-            return {"digest": exc.read, "loaded": False}
-        self.reload_weights(weights_path=path)  # type: ignore[attr-defined]
+        # the digest is of the bytes loaded: a private copy, verified, then read into the model
+        with tempfile.TemporaryDirectory(prefix="seer-weights-") as private:
+            try:
+                digest = verified_copy(path, expected, private)
+            except DigestMismatch as exc:
+                return {"digest": exc.read, "loaded": False}
+            self.reload_weights(weights_iterator=_tensors(Path(private)))  # type: ignore[attr-defined]
         retie_head(self.model_runner.get_model())
         drafter = self._seer_drafter()
         if drafter is not None:
