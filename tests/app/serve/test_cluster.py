@@ -103,6 +103,15 @@ class SeerServe:
             self.proc = subprocess.Popen(
                 self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT
             )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()  # never left running beside the next test
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + _READY_S
         while True:
             assert self.proc.poll() is None, self.text()[-3000:]
@@ -117,7 +126,7 @@ class SeerServe:
             try:
                 r = httpx.get(f"{self.url}/healthz", timeout=5)
                 if r.status_code == 200 and r.json()["status"] == "ok":
-                    return self
+                    return
             except httpx.HTTPError:
                 pass
             assert time.monotonic() < deadline, (
@@ -166,6 +175,38 @@ def test_on_a_cluster_the_store_must_be_shared(cluster: LoopbackCluster, tmp_pat
     assert "store.database_url" in r.stderr and "postgresql" in r.stderr, r.stderr[-2000:]
 
 
+def test_the_readme_s_cluster_recipe_brings_the_environment_to_the_deployments(
+    cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    """README, "GPUs and Ray clusters": export SEER_DATABASE_URL, then seer serve --address. The
+    scheduler runs on the cluster, whose environment is its raylet's: the CLI saw the URL, the
+    actor did not, refused to start and the deploy failed. Now what the command resolved from
+    its environment (the store's URL, the operator token) reaches the deployments."""
+    db = tmp_path / "seer.db"  # one disk for every node of this machine's cluster
+    args = {**_ARGS, "num_replicas": 2, "store": {"enabled": True}}
+    del args["operator_token"]
+    serve = SeerServe(cluster, tmp_path, args)
+    serve.env["SEER_DATABASE_URL"] = f"sqlite:///{db}"
+    serve.env["SEER_OPERATOR_TOKEN"] = "from-the-env"
+    with serve:
+        body = {"prompts": [[5, 6]], "group_size": 2, "max_tokens": 16, "wait": True}
+        r = httpx.post(f"{serve.url}/v1/rollouts", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        auth = {"Authorization": "Bearer from-the-env"}
+        put = {"settings": {"max_draft": 3}}
+        r = httpx.put(f"{serve.url}/v1/speculation", json=put, headers=auth, timeout=30)
+        assert r.status_code == 200, r.text  # the ingress, on the cluster, has the token
+        store = serve.health()["store"]
+        assert store is not None and store["accepted"] > 0, store
+    from app.store.reader import StoreReader
+
+    reader = StoreReader(f"sqlite:///{db}")
+    try:
+        assert [j.state for j in reader.jobs()] == ["done"]
+    finally:
+        reader.close()
+
+
 def test_tensor_parallel_replicas_get_a_placement_group_on_one_node(
     cluster: LoopbackCluster, tmp_path: Path
 ) -> None:
@@ -203,6 +244,8 @@ def test_tensor_parallel_replicas_get_a_placement_group_on_one_node(
 def gpu_app(
     cluster: LoopbackCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SeerServe]:
+    """The app of the tests below, alive to the end of the module. Tests that start their own
+    ``seer serve`` come above the first of them: it holds every logical GPU of the cluster."""
     with SeerServe(cluster, tmp_path_factory.mktemp("gpu_app"), _ARGS) as app:
         yield app
         print(app.text()[-2000:])
@@ -336,35 +379,3 @@ def test_a_worker_node_lost_mid_rollout_loses_nothing_and_its_replicas_come_back
     runs = {r["replica_id"]: r["version"] for r in spec["replicas"]}
     assert all(runs[rid] == spec_version for rid in lost), spec["replicas"]
     assert health["status"] == "ok"
-
-
-def test_the_readme_s_cluster_recipe_brings_the_environment_to_the_deployments(
-    cluster: LoopbackCluster, tmp_path: Path
-) -> None:
-    """README, "GPUs and Ray clusters": export SEER_DATABASE_URL, then seer serve --address. The
-    scheduler runs on the cluster, whose environment is its raylet's: the CLI saw the URL, the
-    actor did not, refused to start and the deploy failed. Now what the command resolved from
-    its environment (the store's URL, the operator token) reaches the deployments."""
-    db = tmp_path / "seer.db"  # one disk for every node of this machine's cluster
-    args = {**_ARGS, "store": {"enabled": True}}
-    del args["operator_token"]
-    serve = SeerServe(cluster, tmp_path, args)
-    serve.env["SEER_DATABASE_URL"] = f"sqlite:///{db}"
-    serve.env["SEER_OPERATOR_TOKEN"] = "from-the-env"
-    with serve:
-        body = {"prompts": [[5, 6]], "group_size": 2, "max_tokens": 16, "wait": True}
-        r = httpx.post(f"{serve.url}/v1/rollouts", json=body, timeout=120)
-        assert r.status_code == 200, r.text
-        auth = {"Authorization": "Bearer from-the-env"}
-        put = {"settings": {"max_draft": 3}}
-        r = httpx.put(f"{serve.url}/v1/speculation", json=put, headers=auth, timeout=30)
-        assert r.status_code == 200, r.text  # the ingress, on the cluster, has the token
-        store = serve.health()["store"]
-        assert store is not None and store["accepted"] > 0, store
-    from app.store.reader import StoreReader
-
-    reader = StoreReader(f"sqlite:///{db}")
-    try:
-        assert [j.state for j in reader.jobs()] == ["done"]
-    finally:
-        reader.close()
