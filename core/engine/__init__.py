@@ -5,7 +5,15 @@ from core.engine.types import (
     ChunkResult,
     EngineLoad,
     FinishReason,
+    PolicyCheckpoint,
     SamplingParams,
 )
 
-__all__ = ["ChunkRequest", "ChunkResult", "EngineLoad", "FinishReason", "SamplingParams"]
+__all__ = [
+    "ChunkRequest",
+    "ChunkResult",
+    "EngineLoad",
+    "FinishReason",
+    "PolicyCheckpoint",
+    "SamplingParams",
+]

@@ -155,6 +155,17 @@ class ChunkResult(BaseModel):
         return self.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
 
 
+class PolicyCheckpoint(BaseModel):
+    """The checkpoint a replica last loaded as its ``policy_version``: what a scheduler that
+    started after the update adopts (``app.serve.scheduler.weight_updater``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="the checkpoint directory it loaded")
+    digest: str = Field(description="the digest of what it loaded (app.weights_digest)")
+    loaded_at: float = Field(description="Unix time the load ended")
+
+
 class EngineLoad(BaseModel):
     """Load of one engine replica, reported to the scheduler for replica selection."""
 
@@ -176,6 +187,9 @@ class EngineLoad(BaseModel):
     accepted_draft_tokens: int = Field(0, ge=0, description="of those, accepted, cumulative")
     policy_version: int = Field(
         0, ge=0, description="policy version of the loaded weights (0: the model it started with)"
+    )
+    policy_checkpoint: PolicyCheckpoint | None = Field(
+        None, description="the checkpoint of that version (None: the model it started with)"
     )
     draft_exchanges: int = Field(
         0, ge=0, description="exchanges with the draft server that succeeded, cumulative"

@@ -14,6 +14,9 @@ the replica before its chunk does (both travel through Serve, on a loaded machin
 order): the chunk then ends at once as aborted, with no tokens, when it comes. An abort of a
 chunk that already ended is a no-op. Both kinds are remembered, bounded (``_MAX_REMEMBERED``,
 oldest forgotten first).
+
+Its load report names the checkpoint it last loaded (``EngineLoad.policy_checkpoint``): a
+scheduler that restarted after a weight update adopts it rather than asking for the update again.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -35,7 +39,7 @@ from app.serve import logs
 from app.serve.options import HOT_PATH_LOGGING
 from core.drafting.shared import SyncReply
 from core.drafting.step_drafter import DraftSettings
-from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason
+from core.engine import ChunkRequest, ChunkResult, EngineLoad, FinishReason, PolicyCheckpoint
 
 log = logging.getLogger("seer.engine_replica")
 _MAX_REMEMBERED = 4096  # chunks remembered as ended, and aborts of chunks not here yet
@@ -70,6 +74,7 @@ class EngineReplica:
         self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._early_aborts: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._sync_task: asyncio.Task[None] | None = None
+        self._checkpoint: PolicyCheckpoint | None = None  # of the weights it loaded last
         if draft_server is not None:
             self._sync_task = asyncio.create_task(
                 self._sync_forever(draft_server, sharing or DraftServerConfig())
@@ -149,7 +154,9 @@ class EngineReplica:
         return await self.engine.release_groups(group_ids)
 
     async def update_weights(self, path: str, version: int, digest: str | None = None) -> str:
-        return await self.engine.update_weights(path, version, digest)
+        loaded = await self.engine.update_weights(path, version, digest)
+        self._checkpoint = PolicyCheckpoint(path=path, digest=loaded, loaded_at=time.time())
+        return loaded
 
     async def check_health(self) -> None:
         """Serve's periodic health check: a dead engine fails it, and Serve restarts us."""
@@ -161,6 +168,7 @@ class EngineReplica:
             update={
                 "draft_exchanges": self.exchanges,
                 "draft_exchange_failures": self.exchange_failures,
+                "policy_checkpoint": self._checkpoint,
                 "node_id": self.placement.node_id,
                 "gpu_ids": self.placement.gpu_ids,
             }

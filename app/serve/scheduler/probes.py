@@ -4,6 +4,8 @@ Invariant: a replica is made HEALTHY only by a probe that found it answering on 
 weights; one on other weights is STALE and loads them first (``WeightUpdater.out_of_date``), one
 that does not answer within ``replica_call_timeout_s`` is left to the pool (``ReplicaPool.probe``:
 DOWN, its chunks reclaimed). Each probe of a live replica is one ``ReplicaLoadSample`` event.
+Each round probes every replica at once and reads their answers together, so a scheduler that
+restarted adopts the newest weights they report before any of them rejoins.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from app.api import ReplicaHealth, ReplicaState
 from app.serve.scheduler.replica_pool import ReplicaPool
 from app.serve.scheduler.weight_updater import WeightUpdater
+from core.engine import EngineLoad
 from core.events import EventSink, ReplicaLoadSample
 
 
@@ -39,7 +42,9 @@ class ReplicaProbes:
     async def probe(self, i: int) -> None:
         """One bounded health probe of replica i: it rejoins when it answers on the current
         weights (on others it loads them first)."""
-        load = await self.pool.probe(i)
+        self._admit(i, await self.pool.probe(i))
+
+    def _admit(self, i: int, load: EngineLoad | None) -> None:
         if load is None or self.updater.out_of_date(i, load.policy_version):
             return
         if self.sink is not None:
@@ -57,7 +62,12 @@ class ReplicaProbes:
         self.pool.set_state(i, ReplicaState.HEALTHY)
 
     async def probe_all(self) -> None:
-        await asyncio.gather(*(self.probe(i) for i in range(len(self.pool))))
+        """Every replica at once; what they answered may first tell a scheduler that started
+        after a weight update which weights the service runs (``WeightUpdater.adopt``)."""
+        loads = await asyncio.gather(*(self.pool.probe(i) for i in range(len(self.pool))))
+        self.updater.adopt([load for load in loads if load is not None])
+        for i, load in enumerate(loads):
+            self._admit(i, load)
 
     async def forever(self) -> None:
         """Probe every replica each ``period_s`` until cancelled."""

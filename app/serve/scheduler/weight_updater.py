@@ -9,6 +9,10 @@ Invariants (``app.api.operator`` states what they give a trainer):
   nothing (when none loaded, that digest was the caller's error: 422 naming what each read);
   without, the digest most replicas read is the agreed one, and a replica that read
   other bytes is FAILED. The state changes only when at least one replica loaded the weights.
+- Until this scheduler updates the weights itself and while no replica is in rotation, the
+  newest version a replica reports with its checkpoint becomes the current one (``adopt``): a
+  scheduler restarted after an update (Serve does, when its process dies) serves on the
+  trainer's weights by itself, and the version never goes back.
 - A replica reporting another version than the current one is STALE and loads the current
   weights (one load at a time per replica) before a probe may bring it back; none rejoins
   while an update runs. A chunk result carries the version it ran under, and the dispatcher
@@ -21,7 +25,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, Protocol
 
 from app.api import ReplicaState, WeightsState, WeightsUpdate
@@ -30,6 +34,7 @@ from app.serve.scheduler.jobs import JobError
 from app.serve.scheduler.replica_pool import EngineLinks, ReplicaPool
 from app.serve.scheduler.speculation import SpeculationControl
 from app.weights_digest import DigestMismatch
+from core.engine import EngineLoad
 
 log = logging.getLogger("seer.dispatcher")
 
@@ -196,6 +201,41 @@ class WeightUpdater:
                 self.pool.set_state(i, ReplicaState.FAILED, why)
         return [i for i in ok if read[i] == agreed], failed, agreed
 
+    def adopt(self, loads: Sequence[EngineLoad]) -> None:
+        """What the replicas answered a probe round: before this scheduler updated the weights
+        or put any replica in rotation, the newest version among them that names its checkpoint
+        becomes the service's (the others then load it: ``out_of_date``)."""
+        w = self.state
+        if w.path is not None or w.updating:
+            return
+        if any(rep.state is ReplicaState.HEALTHY for rep in self.pool.replicas):
+            return
+        known = [
+            load
+            for load in loads
+            if load.policy_checkpoint is not None and load.policy_version > w.version
+        ]
+        if not known:
+            return
+        newest = max(known, key=lambda load: load.policy_version)
+        checkpoint = newest.policy_checkpoint
+        assert checkpoint is not None
+        self.state = WeightsState(
+            version=newest.policy_version,
+            path=checkpoint.path,
+            digest=checkpoint.digest,
+            updated_at=checkpoint.loaded_at,
+        )
+        self.control.weights_loaded(newest.policy_version)
+        log.warning(
+            "adopted policy weights v%d from %s (digest %s), as replica %s reports them: the "
+            "scheduler started after that update",
+            newest.policy_version,
+            checkpoint.path,
+            checkpoint.digest[:12],
+            newest.replica_id,
+        )
+
     def out_of_date(self, i: int, loaded: int) -> bool:
         """Replica i reports weights ``loaded``: when that is not the current version, it is
         STALE and loads the current weights; True then. While an update runs, a replica out of
@@ -209,7 +249,7 @@ class WeightUpdater:
         rep = self.pool[i]
         why = f"runs weights v{loaded}, not v{self.state.version}"
         if self.state.path is None:  # nothing to load: the service itself started over
-            why += " (the scheduler restarted after a weight update: POST /v1/weights again)"
+            why += " (weights this scheduler was not told of: POST /v1/weights to load them)"
         if rep.state is ReplicaState.FAILED:
             return True
         if rep.state is ReplicaState.STALE:

@@ -20,7 +20,7 @@ from app.rollout import JobPlan, expand
 from app.serve.scheduler.dispatcher import Dispatcher
 from app.serve.scheduler.replica_pool import ReplicaUnavailable
 from core.drafting.step_drafter import DraftSettings
-from core.engine import ChunkRequest, ChunkResult, EngineLoad
+from core.engine import ChunkRequest, ChunkResult, EngineLoad, PolicyCheckpoint
 from core.events import EventSink
 
 MAX_TOKENS = 120
@@ -49,6 +49,8 @@ class FakeLinks:
         self.released: list[list[str]] = [[] for _ in range(n)]
         self.weight_loads: list[tuple[int, str, str | None]] = []  # (replica, path, digest)
         self.misreads: set[int] = set()  # replicas that load other bytes than the rest
+        # what each replica reports it loaded last, as EngineReplica does
+        self.checkpoints: list[PolicyCheckpoint | None] = [None] * n
 
     async def start(self) -> None:
         for e in self.engines:
@@ -82,7 +84,8 @@ class FakeLinks:
             await asyncio.Event().wait()
         if replica in self.down:
             raise ReplicaUnavailable(f"replica-{replica} is restarting")
-        return self.engines[replica].load()
+        load = self.engines[replica].load()
+        return load.model_copy(update={"policy_checkpoint": self.checkpoints[replica]})
 
     async def configure_speculation(self, replica: int, settings: DraftSettings) -> DraftSettings:
         if replica in self.down:
@@ -101,7 +104,9 @@ class FakeLinks:
         self.weight_loads.append((replica, path, digest))
         if replica in self.misreads:  # this replica's storage shows it other files
             return "0" * 64
-        return await self.engines[replica].update_weights(path, version, digest)
+        loaded = await self.engines[replica].update_weights(path, version, digest)
+        self.checkpoints[replica] = PolicyCheckpoint(path=path, digest=loaded, loaded_at=1.0)
+        return loaded
 
 
 def service_config(**kw: Any) -> ServiceConfig:

@@ -12,6 +12,7 @@ import pytest
 from app.api import JobState, ReplicaState
 from app.serve.scheduler.dispatcher import Dispatcher
 from app.serve.scheduler.jobs import JobError
+from app.weights_digest import checkpoint_digest
 from core.events import CollectingSink, JobStarted, RequestFinished
 from tests.app.serve.fakes import (
     FakeDrafts,
@@ -285,3 +286,41 @@ def test_a_chunk_run_on_other_weights_is_discarded_and_runs_again(tmp_path: Path
         assert [got[f"j{k[5:]}"] for k in sorted(want)] == [want[k] for k in sorted(want)]
 
     asyncio.run(run_dispatcher(links, service_config(), "divided", body))
+
+
+def test_a_restarted_scheduler_adopts_the_weights_its_replicas_report(tmp_path: Path) -> None:
+    """Issue 38, defect 10: after a weight update the scheduler's process died; the one Serve
+    started in its place believed v0, put every replica STALE ("runs weights v5, not v0") and
+    served nothing until the trainer updated again. Now the newest version the replicas report
+    with its checkpoint is the service's: jobs run on it at once, a replica the death left on
+    an older version loads it, and the version still only grows."""
+    links = FakeLinks(n=2, step_s=0.001)
+    v4, v5 = checkpoint(tmp_path / "v4"), checkpoint(tmp_path / "v5")
+
+    async def before(d: Dispatcher) -> None:
+        await d.updater.update(str(v4), 4)
+        links.down.add(1)  # the update to v5 reaches replica 0 only, then the scheduler dies
+        d.pool.set_state(1, ReplicaState.DOWN, "test: restarting")
+        assert (await d.updater.update(str(v5), 5)).replicas == ["replica-0"]
+        links.down.discard(1)
+
+    asyncio.run(run_dispatcher(links, service_config(), "divided", before))
+    ran = _logged(links)
+
+    async def after(d: Dispatcher) -> None:  # the new scheduler, on the same replicas
+        w = d.updater.state
+        assert (w.version, w.path, w.digest) == (5, str(v5), checkpoint_digest(v5))
+        assert d.pool.replicas[0].state is ReplicaState.HEALTHY
+        d.submit(job_plan("j", prompts=4, g=4, max_tokens=40))
+        assert (await d.wait("j")).state is JobState.DONE
+        assert {v for v, _ in _tokens_by_request(d, "j").values()} == {5}
+        deadline = asyncio.get_running_loop().time() + 10
+        while d.pool.replicas[1].state is not ReplicaState.HEALTHY:  # it loads v5 first
+            assert asyncio.get_running_loop().time() < deadline, d.pool.replicas[1].error
+            await asyncio.sleep(0.01)
+        assert links.engines[1].policy_version == 5
+        with pytest.raises(JobError, match="must be above"):
+            await d.updater.update(str(v4), 5)
+
+    asyncio.run(run_dispatcher(links, service_config(), "divided", after))
+    assert ran and all(version == 5 for _, _, _, version in ran), sorted(set(ran))[:10]
