@@ -61,7 +61,12 @@ class ServiceLimits(BaseModel):
     max_job_tokens: int = Field(
         2**28, ge=1, le=2**40, description="requests x max_tokens of one job"
     )
-    retry_after_s: int = Field(5, ge=1, le=3600, description="Retry-After sent with 429")
+    retry_after_s: int = Field(
+        5,
+        ge=1,
+        le=3600,
+        description="Retry-After sent with 429, and with 503 when the scheduler restarted",
+    )
     max_body_bytes: int = Field(
         64 * 2**20,
         ge=1024,

@@ -1,6 +1,7 @@
-"""Events -> rows: one batch of events becomes inserts per table plus the two updates (job
-ended, group ended), executed in one transaction in a fixed order (inserts first, so an update
-finds a row inserted by the same batch).
+"""Events -> rows: one batch of events becomes inserts per table plus the updates (job ended,
+group ended, a scheduler started: the jobs still running before it ended), executed in one
+transaction in a fixed order (inserts first, so an update finds a row inserted by the same
+batch).
 
 Draft statistics are summed per (group, replica, time bucket) within a batch: one row per key
 per batch, not one per chunk.
@@ -23,6 +24,7 @@ from core.events import (
     JobStarted,
     ReplicaLoadSample,
     RequestFinished,
+    SchedulerStarted,
     SpeculationConfigChanged,
 )
 
@@ -40,15 +42,15 @@ class WritePlan:
     job_ends: list[Row] = field(default_factory=list)
     group_ends: list[Row] = field(default_factory=list)
     rejected: list[object] = field(default_factory=list)
+    scheduler_starts: list[Row] = field(default_factory=list)
 
     def add(self, table: str, row: Row) -> None:
         self.inserts.setdefault(table, []).append(row)
 
     @property
     def rows(self) -> int:
-        return (
-            sum(len(v) for v in self.inserts.values()) + len(self.job_ends) + len(self.group_ends)
-        )
+        ends = len(self.job_ends) + len(self.group_ends) + len(self.scheduler_starts)
+        return sum(len(v) for v in self.inserts.values()) + ends
 
     def execute(self, conn: Connection) -> None:
         """Run the plan on ``conn`` (the caller owns the transaction)."""
@@ -73,6 +75,14 @@ class WritePlan:
                 )
             )
             conn.execute(stmt, self.job_ends)
+        if self.scheduler_starts:
+            jobs = tables["jobs"]
+            stmt = (
+                jobs.update()
+                .where(jobs.c.state == "running", jobs.c.started_at < bindparam("b_at"))
+                .values(state="failed", finished_at=bindparam("b_at"), error=ORPHANED)
+            )
+            conn.execute(stmt, self.scheduler_starts)
         if self.group_ends:
             groups = tables["groups"]
             stmt = (
@@ -82,6 +92,9 @@ class WritePlan:
             )
             conn.execute(stmt, self.group_ends)
 
+
+#: the error of a job whose scheduler is gone (a new one started without it)
+ORPHANED = "scheduler restarted: the job ended with the scheduler process that ran it"
 
 _INSERT_ORDER = (
     "jobs",
@@ -181,6 +194,8 @@ def plan_batch(events: Iterable[object], bucket_s: float) -> WritePlan:
                     "b_error": ev.error,
                 }
             )
+        elif isinstance(ev, SchedulerStarted):
+            plan.scheduler_starts.append({"b_at": ev.at})
         elif isinstance(ev, SpeculationConfigChanged):
             try:
                 _config_changed(plan, ev)

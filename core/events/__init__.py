@@ -17,6 +17,7 @@ from core.events.types import (
     JobStarted,
     ReplicaLoadSample,
     RequestFinished,
+    SchedulerStarted,
     SpeculationConfigChanged,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "NullSink",
     "ReplicaLoadSample",
     "RequestFinished",
+    "SchedulerStarted",
     "SpeculationConfigChanged",
 ]

@@ -148,8 +148,17 @@ class SpeculationConfigChanged:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulerStarted:
+    """A scheduler started (``at``) holding no job: every job recorded as running that started
+    before it belonged to a scheduler that is gone, and ended with it."""
+
+    at: float
+
+
 Event = (
-    JobStarted
+    SchedulerStarted
+    | JobStarted
     | JobFinished
     | ChunkDone
     | RequestFinished

@@ -12,7 +12,7 @@ from typing import TypeVar
 from app.config import ServiceConfig
 from app.engines.base import TextCodec
 from app.serve.detached import Background
-from app.serve.ingress.errors import refused
+from app.serve.ingress.errors import refused, scheduler_lost
 from app.serve.ingress.scheduler_handle import SchedulerHandle
 from app.serve.scheduler.jobs import JobError
 
@@ -30,8 +30,14 @@ class IngressBase:
     _operator_token: str | None
 
     async def _ask(self, call: Awaitable[T]) -> T:
-        """The scheduler's answer to ``call``; its refusal as the HTTP error it names."""
+        """The scheduler's answer to ``call``; its refusal as the HTTP error it names, its
+        process dying under the call as a 503 naming the restart."""
         try:
             return await call
         except JobError as exc:
             raise refused(exc) from None
+        except Exception as exc:
+            lost = scheduler_lost(exc, self.config.limits.retry_after_s)
+            if lost is None:
+                raise
+            raise lost from None

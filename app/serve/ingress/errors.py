@@ -4,7 +4,8 @@ scheduler's refusals as HTTP errors, the error responses each route documents.
 Invariant: bad input is a 422 whose ``detail`` lists ``{"loc", "msg", "type"}`` naming the
 field, in the field names of the dialect the caller spoke; nothing the caller sent makes the
 answer itself fail (``json_safe``: NaN, bytes, lone surrogates become text), so no bad body is
-ever a 500; a refusal of the scheduler keeps its status (404, 409, 422, 429 + Retry-After, 503).
+ever a 500; a refusal of the scheduler keeps its status (404, 409, 422, 429 + Retry-After, 503),
+and a call the scheduler's process died under is a 503 + Retry-After naming the restart.
 """
 
 from __future__ import annotations
@@ -110,6 +111,24 @@ def refused(exc: JobError) -> HTTPException:
         detail: Any = [{"loc": ["body"], "msg": exc.message, "type": "value_error"}]
         return HTTPException(status_code=422, detail=detail, headers=headers)
     return HTTPException(status_code=exc.status, detail=exc.message, headers=headers)
+
+
+#: what a caller is told when the scheduler's process died under its call
+SCHEDULER_LOST = (
+    "the scheduler restarted (its process died): the jobs it held are lost, this one with them "
+    "when it had one; submit again after Retry-After seconds"
+)
+
+
+def scheduler_lost(exc: BaseException, retry_after_s: float) -> HTTPException | None:
+    """A call to the scheduler that its process did not live to answer (Ray's actor errors)
+    as a 503 naming the restart, with ``Retry-After``; None for any other error."""
+    from ray.exceptions import RayActorError  # ActorDiedError, ActorUnavailableError
+
+    if not isinstance(exc, RayActorError):
+        return None
+    headers = {"Retry-After": str(math.ceil(retry_after_s))}
+    return HTTPException(status_code=503, detail=SCHEDULER_LOST, headers=headers)
 
 
 def failed(outcome: JobOutcome) -> HTTPException:

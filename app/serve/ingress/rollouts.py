@@ -22,7 +22,7 @@ from app.serve.ingress.auth import (
     new_cancel_token,
     token_digest,
 )
-from app.serve.ingress.errors import BODY_ERRORS, documented, failed
+from app.serve.ingress.errors import BODY_ERRORS, documented, failed, scheduler_lost
 from app.serve.ingress.submit import Submission
 
 
@@ -105,13 +105,23 @@ class RolloutRoutes(Submission):
     )
     async def groups(self, job_id: str) -> StreamingResponse:
         """NDJSON: one GroupResult per line in completion order, ending when the job ends
-        (then GET /v1/rollouts/{id} tells whether it is done, failed or cancelled)."""
+        (then GET /v1/rollouts/{id} tells whether it is done, failed or cancelled). When the
+        scheduler's process dies, the last line is ``{"error": ..., "status": 503}``."""
         await self._ask(self.scheduler.status(job_id))  # 404 before the stream starts
         stream = self.scheduler.stream_groups(job_id)
 
         async def lines() -> AsyncIterator[bytes]:
-            async for group in stream:
-                [named] = await self._decode([group])
-                yield (json.dumps(named.model_dump(mode="json")) + "\n").encode()
+            try:
+                async for group in stream:
+                    [named] = await self._decode([group])
+                    yield (json.dumps(named.model_dump(mode="json")) + "\n").encode()
+            except Exception as exc:
+                lost = scheduler_lost(exc, self.config.limits.retry_after_s)
+                if lost is None:
+                    raise
+                # the 200 is sent: the stream's last line says why it ended
+                yield (
+                    json.dumps({"error": lost.detail, "status": lost.status_code}) + "\n"
+                ).encode()
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")

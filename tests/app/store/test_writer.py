@@ -14,6 +14,7 @@ from app.api import WriterStats
 from app.store import migrate
 from app.store.config import WriterConfig
 from app.store.reader import StoreReader
+from app.store.rows import ORPHANED
 from app.store.tables import GroupRow, JobRow, RequestRow
 from app.store.writer import StoreWriter
 from core.events import (
@@ -26,6 +27,7 @@ from core.events import (
     JobStarted,
     ReplicaLoadSample,
     RequestFinished,
+    SchedulerStarted,
     SpeculationConfigChanged,
 )
 
@@ -97,6 +99,35 @@ def test_every_event_kind_is_recorded(any_url: str) -> None:
             req = conn.execute(select(RequestRow).where(RequestRow.request_id == "j-g0-r0")).one()
             assert req.replicas == ["replica-0"] and req.is_probe
         assert r.recent_lengths("p0", 5) == [8]  # the cancelled one is not a length
+    finally:
+        r.close()
+
+
+def test_a_started_scheduler_ends_the_jobs_a_gone_one_left_running(any_url: str) -> None:
+    """Issue 38, defect 11: a job lost with its scheduler stayed ``running`` in the store for
+    good (a ghost on the dashboard's Now page, its elapsed time counting). A scheduler that
+    starts says so, and every job recorded as running before it ends, failed, naming why; a
+    job that ended before, and one that starts after, keep their own states."""
+    w = StoreWriter(any_url, FAST, migrate=True).start()
+    g = (GroupInfo("g", "p", "sha256:aa", None, 2, 64, 5),)
+    w.emit(JobStarted("done", 1.0, 1.0, "seer", None, 64, g))
+    w.emit(JobFinished("done", 2.0, "done", 2, 9))
+    w.emit(JobStarted("lost", 3.0, 3.0, "seer", None, 64, ()))
+    w.emit(SchedulerStarted(5.0))
+    w.emit(JobStarted("new", 6.0, 6.0, "seer", None, 64, ()))
+    assert w.flush(WAIT)
+    w.close()
+    r = StoreReader(any_url)
+    try:
+        with r.engine.connect() as conn:
+            jobs = {j.job_id: j for j in conn.execute(select(JobRow))}
+        assert {k: j.state for k, j in jobs.items()} == {
+            "done": "done",
+            "lost": "failed",
+            "new": "running",
+        }
+        assert jobs["lost"].finished_at == 5.0 and jobs["lost"].error == ORPHANED
+        assert "scheduler restarted" in ORPHANED and jobs["done"].error is None
     finally:
         r.close()
 
