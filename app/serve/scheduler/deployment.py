@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -41,6 +42,7 @@ from app.serve.scheduler.replica_pool import ReplicaUnavailable
 from app.store.config import check_shared
 from core.drafting.step_drafter import DraftSettings
 from core.engine import ChunkRequest, ChunkResult, EngineLoad
+from core.events import SchedulerStarted
 
 log = logging.getLogger("seer.scheduler")
 P = ParamSpec("P")
@@ -154,6 +156,8 @@ class SeerScheduler:
         if config.store.enabled and await asyncio.to_thread(_alive_nodes) > 1:
             check_shared(config.store)  # a SQLite default on one node's disk is not shared
         self.store = await ServiceStore.open(config.store)
+        if self.store is not None:  # it holds no job: those a gone scheduler left are over
+            self.store.writer.emit(SchedulerStarted(time.time()))
         self.drafts = (
             None
             if draft_server is None

@@ -43,7 +43,7 @@ from app.serve.scheduler.replica_pool import EngineLinks, ReplicaPool, ReplicaUn
 from app.serve.scheduler.speculation import SharedDrafts, SpeculationControl
 from app.serve.scheduler.weight_updater import WeightUpdater
 from core.engine import ChunkResult, FinishReason
-from core.events import DraftStats, EventSink, SchedulerStarted
+from core.events import DraftStats, EventSink
 from core.scheduling.base import BaseScheduler
 from core.scheduling.estimate import LengthPrior
 from core.scheduling.factory import make_scheduler
@@ -100,11 +100,8 @@ class Dispatcher(JobDesk):
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Start the dispatch loop and the health probes (call inside the event loop). The
-        sink hears that a scheduler holding no job started (what a gone one ran is over)."""
+        """Start the dispatch loop and the health probes (call inside the event loop)."""
         if self._loop_task is None:
-            if self.sink is not None:
-                self.sink.emit(SchedulerStarted(time.time()))
             self._loop_task = asyncio.create_task(self._run())
             self._health_task = asyncio.create_task(self.probes.forever())
 
