@@ -147,6 +147,12 @@ class EngineReplica:
             _remember(self._early_aborts, key)
         return False
 
+    async def abort_all(self) -> int:
+        """Abort every chunk running here; returns how many were. A scheduler's first call to
+        this replica: what runs then was sent by one that is gone, for callers that are gone."""
+        aborted = await asyncio.gather(*(self.engine.abort(rid) for rid in list(self._running)))
+        return sum(aborted)
+
     async def configure_speculation(self, settings: DraftSettings) -> DraftSettings:
         return await self.engine.configure_speculation(settings)
 

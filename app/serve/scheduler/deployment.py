@@ -108,6 +108,9 @@ class ServeLinks:
         load: EngineLoad = await self._call(replica, "load")
         return load
 
+    async def abort_all(self, replica: int) -> int:
+        return int(await self._call(replica, "abort_all"))
+
     async def configure_speculation(self, replica: int, settings: DraftSettings) -> DraftSettings:
         applied: DraftSettings = await self._call(replica, "configure_speculation", settings)
         return applied

@@ -5,12 +5,14 @@ weights; one on other weights is STALE and loads them first (``WeightUpdater.out
 that does not answer within ``replica_call_timeout_s`` is left to the pool (``ReplicaPool.probe``:
 DOWN, its chunks reclaimed). Each probe of a live replica is one ``ReplicaLoadSample`` event.
 Each round probes every replica at once and reads their answers together, so a scheduler that
-restarted adopts the newest weights they report before any of them rejoins.
+restarted adopts the newest weights they report before any of them rejoins; and before a replica
+first joins a scheduler, the chunks it runs (a gone scheduler's) are aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 
@@ -19,6 +21,8 @@ from app.serve.scheduler.replica_pool import ReplicaPool
 from app.serve.scheduler.weight_updater import WeightUpdater
 from core.engine import EngineLoad
 from core.events import EventSink, ReplicaLoadSample
+
+log = logging.getLogger("seer.dispatcher")
 
 
 class ReplicaProbes:
@@ -38,14 +42,36 @@ class ReplicaProbes:
         self.period_s = period_s
         self.reserved = reserved
         self.sink = sink
+        self._met: set[int] = set()  # replicas that answered this scheduler (see _first_contact)
 
     async def probe(self, i: int) -> None:
         """One bounded health probe of replica i: it rejoins when it answers on the current
         weights (on others it loads them first)."""
-        self._admit(i, await self.pool.probe(i))
+        await self._admit(i, await self.pool.probe(i))
 
-    def _admit(self, i: int, load: EngineLoad | None) -> None:
-        if load is None or self.updater.out_of_date(i, load.policy_version):
+    async def _first_contact(self, i: int) -> bool:
+        """Before replica i first answers to this scheduler: every chunk it runs was sent by
+        one that is gone (its callers with it), and is aborted. False when the abort was not
+        answered within ``replica_call_timeout_s`` (then it is not admitted this round)."""
+        if i in self._met:
+            return True
+        rep = self.pool[i]
+        try:
+            n = await asyncio.wait_for(
+                self.pool.links.abort_all(i), self.pool.config.replica_call_timeout_s
+            )
+        except Exception as exc:  # noqa: BLE001 - not admitted; the next probe tries again
+            rep.error = f"aborting what a gone scheduler left running failed: {exc!r}"
+            return False
+        self._met.add(i)
+        if n:
+            log.warning("replica %s: aborted %d chunks a gone scheduler left", rep.replica_id, n)
+        return True
+
+    async def _admit(self, i: int, load: EngineLoad | None) -> None:
+        if load is None or not await self._first_contact(i):
+            return
+        if self.updater.out_of_date(i, load.policy_version):
             return
         if self.sink is not None:
             self.sink.emit(
@@ -66,8 +92,7 @@ class ReplicaProbes:
         after a weight update which weights the service runs (``WeightUpdater.adopt``)."""
         loads = await asyncio.gather(*(self.pool.probe(i) for i in range(len(self.pool))))
         self.updater.adopt([load for load in loads if load is not None])
-        for i, load in enumerate(loads):
-            self._admit(i, load)
+        await asyncio.gather(*(self._admit(i, load) for i, load in enumerate(loads)))
 
     async def forever(self) -> None:
         """Probe every replica each ``period_s`` until cancelled."""

@@ -49,6 +49,10 @@ class EngineLinks(Protocol):
 
     async def load(self, replica: int) -> EngineLoad: ...
 
+    async def abort_all(self, replica: int) -> int:
+        """Abort every chunk running on the replica; returns how many were."""
+        ...
+
     async def configure_speculation(
         self, replica: int, settings: DraftSettings
     ) -> DraftSettings: ...

@@ -87,6 +87,12 @@ class FakeLinks:
         load = self.engines[replica].load()
         return load.model_copy(update={"policy_checkpoint": self.checkpoints[replica]})
 
+    async def abort_all(self, replica: int) -> int:
+        if replica in self.down:
+            raise ReplicaUnavailable(f"replica-{replica} is restarting")
+        engine = self.engines[replica]
+        return sum([await engine.abort(rid) for rid in list(engine._running)])
+
     async def configure_speculation(self, replica: int, settings: DraftSettings) -> DraftSettings:
         if replica in self.down:
             raise ReplicaUnavailable(f"replica-{replica} is restarting")

@@ -13,6 +13,7 @@ from app.api import JobState, ReplicaState
 from app.serve.scheduler.dispatcher import Dispatcher
 from app.serve.scheduler.jobs import JobError
 from app.weights_digest import checkpoint_digest
+from core.engine import ChunkRequest, FinishReason
 from core.events import CollectingSink, JobStarted, RequestFinished
 from tests.app.serve.fakes import (
     FakeDrafts,
@@ -324,3 +325,37 @@ def test_a_restarted_scheduler_adopts_the_weights_its_replicas_report(tmp_path: 
 
     asyncio.run(run_dispatcher(links, service_config(), "divided", after))
     assert ran and all(version == 5 for _, _, _, version in ran), sorted(set(ran))[:10]
+
+
+def test_a_new_scheduler_aborts_the_chunks_a_gone_one_left_running() -> None:
+    """Issue 38's fault matrix, the scheduler killed mid-job: Serve does not cancel a replica
+    call whose caller died, so the dead scheduler's chunks ran on for nobody (holding KV, and
+    refusing a weight load: vLLM loads only with no chunk running). Before a replica first
+    joins a new scheduler, what it runs is aborted."""
+    links = FakeLinks(n=2, step_s=0.01)
+    orphans: list[asyncio.Task[Any]] = []
+
+    async def body(d: Dispatcher) -> None:
+        assert [await t for t in orphans] and all(
+            t.result().finish_reason is FinishReason.ABORT for t in orphans
+        )
+        assert all(len(t.result().token_ids) < 500 for t in orphans)  # cut, not run out
+        d.submit(job_plan("j", prompts=2, g=2, max_tokens=20))
+        assert (await d.wait("j")).state is JobState.DONE  # and it serves
+
+    async def main() -> None:
+        await links.start()
+        for i, engine in enumerate(links.engines):  # the gone scheduler's chunks, one each
+            chunk = ChunkRequest(
+                request_id=f"old-{i}",
+                group_id="old",
+                prompt_token_ids=[5],
+                chunk_cap=500,
+                max_tokens=500,
+            )
+            orphans.append(asyncio.ensure_future(engine.run_chunk(chunk)))
+        await asyncio.sleep(0.05)
+        assert all(e._running for e in links.engines)
+        await run_dispatcher(links, service_config(), "divided", body)
+
+    asyncio.run(main())
