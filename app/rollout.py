@@ -108,6 +108,17 @@ class GroupRun:
     runs: list[RequestRun]
 
 
+@dataclass(frozen=True)
+class IdempotentCall:
+    """A submission under an ``Idempotency-Key``: the same key sent to the same endpoint within
+    ``job_ttl_s`` of its job's end names that job again (``app.serve.ingress.idempotency``)."""
+
+    endpoint: str  # "/v1/rollouts", "/v1/completions", "/generate": keys are per endpoint
+    key: str
+    body_digest: str  # sha256 of the request as parsed: another body under the key is a 422
+    cancel_token: str | None = None  # a 202's, given again to a repeat of the call
+
+
 @dataclass
 class JobPlan:
     """A job expanded into scheduler groups and per-request runs."""
@@ -123,6 +134,7 @@ class JobPlan:
     # the ``rid`` a ``/generate`` caller submitted it under (its id): ``/abort_request`` may end
     # this job by it; None for every other job (only its cancel token or the operator may)
     rid: str | None = None
+    idempotent: IdempotentCall | None = None  # submitted under an Idempotency-Key
     _by_id: dict[str, GroupRun] = field(default_factory=dict, repr=False)
 
     def group(self, group_id: str) -> GroupRun:

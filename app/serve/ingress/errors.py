@@ -108,7 +108,7 @@ def refused(exc: JobError) -> HTTPException:
         headers = {"Retry-After": str(math.ceil(exc.retry_after_s))}
     if exc.status == 422:  # a 422 is a list of field errors (documented): the scheduler's rules
         # span fields (prompts x group_size, prompt + max_tokens, ...), so the body is named
-        detail: Any = [{"loc": ["body"], "msg": exc.message, "type": "value_error"}]
+        detail: Any = [{"loc": list(exc.loc), "msg": exc.message, "type": "value_error"}]
         return HTTPException(status_code=422, detail=detail, headers=headers)
     return HTTPException(status_code=exc.status, detail=exc.message, headers=headers)
 
@@ -166,7 +166,10 @@ async def in_their_fields(req: DialectRequest, work: Callable[[], Awaitable[T]])
     except HTTPException as exc:
         if exc.status_code != 422 or not isinstance(exc.detail, list):
             raise
-        detail = [{**e, "loc": ["body", *req.own_loc(e["loc"][1:])]} for e in exc.detail]
+        detail = [
+            {**e, "loc": ["body", *req.own_loc(e["loc"][1:])]} if e["loc"][:1] == ["body"] else e
+            for e in exc.detail
+        ]
         raise HTTPException(status_code=422, detail=detail, headers=exc.headers) from None
 
 

@@ -12,6 +12,7 @@ from app.api import CompletionRequest, CompletionResponse, JobState, ModelCard, 
 from app.api.openai import completion_response
 from app.serve.ingress.app import api
 from app.serve.ingress.errors import BODY_ERRORS, as_native, documented, failed, in_their_fields
+from app.serve.ingress.idempotency import IdempotencyKey, idempotent_call
 from app.serve.ingress.submit import Submission
 
 
@@ -28,10 +29,16 @@ class OpenAIRoutes(Submission):
         response_model=CompletionResponse,
         responses=documented(409, 429, 503, 504, *BODY_ERRORS),
     )
-    async def completions(self, req: CompletionRequest) -> JSONResponse:
+    async def completions(
+        self, req: CompletionRequest, idempotency_key: IdempotencyKey = None
+    ) -> JSONResponse:
         """OpenAI completions (subset): each prompt is a group of ``n`` choices; token ids,
-        logprobs and the policy version of every choice (see ``app.api.openai``)."""
-        job_id, outcome = await in_their_fields(req, lambda: self._run(as_native(req.to_rollout)))
+        logprobs and the policy version of every choice (see ``app.api.openai``); a repeat
+        under an ``Idempotency-Key`` gets the same job."""
+        call = idempotent_call("/v1/completions", idempotency_key, req)
+        job_id, outcome = await in_their_fields(
+            req, lambda: self._run(as_native(req.to_rollout), idempotent=call)
+        )
         if outcome.status.state is not JobState.DONE:
             raise failed(outcome)
         out = await asyncio.to_thread(

@@ -23,6 +23,7 @@ from app.serve.ingress.auth import (
     token_digest,
 )
 from app.serve.ingress.errors import BODY_ERRORS, documented, failed, scheduler_lost
+from app.serve.ingress.idempotency import IdempotencyKey, idempotent_call
 from app.serve.ingress.submit import Submission
 
 
@@ -39,12 +40,18 @@ class RolloutRoutes(Submission):
             **documented(409, 429, 503, 504, *BODY_ERRORS),
         },
     )
-    async def rollouts(self, req: RolloutRequest, request: Request) -> Any:
+    async def rollouts(
+        self, req: RolloutRequest, request: Request, idempotency_key: IdempotencyKey = None
+    ) -> Any:
         """Start a rollout job: 202 with its URLs, or (``"wait": true``) 200 with every group
-        when it is done (504 past request_timeout_s, 503 when it failed)."""
+        when it is done (504 past request_timeout_s, 503 when it failed). With an
+        ``Idempotency-Key``, a repeat of the call gets the same job
+        (``app.serve.ingress.idempotency``)."""
         if not req.wait:
             token, digest = new_cancel_token()
-            job_id = await self._submit(req, cancel_digest=digest)
+            call = idempotent_call("/v1/rollouts", idempotency_key, req, token)
+            submitted = await self._submit(req, cancel_digest=digest, idempotent=call)
+            job_id, token = submitted.status.id, submitted.cancel_token or token
             base = str(request.base_url).rstrip("/")
             accepted = JobAccepted(
                 id=job_id,
@@ -53,7 +60,8 @@ class RolloutRoutes(Submission):
                 cancel_token=token,
             )
             return JSONResponse(status_code=202, content=accepted.model_dump())
-        job_id, outcome = await self._run(req)
+        call = idempotent_call("/v1/rollouts", idempotency_key, req)
+        job_id, outcome = await self._run(req, idempotent=call)
         st = outcome.status
         if st.state is not JobState.DONE:
             raise failed(outcome)

@@ -21,7 +21,7 @@ from app.api import (
     WeightsUpdate,
 )
 from app.rollout import JobPlan
-from app.serve.scheduler.deployment import JobOutcome
+from app.serve.scheduler.deployment import JobOutcome, Submitted
 from app.serve.scheduler.jobs import JobError, Refusal
 
 
@@ -34,7 +34,7 @@ class SchedulerHandle:
     async def _ask(self, method: str, *args: Any) -> Any:
         result = await getattr(self.handle, method).remote(*args)
         if isinstance(result, Refusal):
-            raise JobError(result.status, result.message, result.retry_after_s)
+            raise JobError(result.status, result.message, result.retry_after_s, result.loc)
         return result
 
     async def speculation(self) -> SpeculationState:
@@ -57,8 +57,8 @@ class SchedulerHandle:
     async def policy(self) -> str:
         return cast(str, await self._ask("policy"))
 
-    async def submit(self, plan: JobPlan) -> JobStatus:
-        return cast(JobStatus, await self._ask("submit", plan))
+    async def submit(self, plan: JobPlan) -> Submitted:
+        return cast(Submitted, await self._ask("submit", plan))
 
     async def status(self, job_id: str) -> JobStatus:
         return cast(JobStatus, await self._ask("status", job_id))

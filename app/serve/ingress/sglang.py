@@ -29,6 +29,7 @@ from app.serve.ingress.errors import (
     field_messages,
     in_their_fields,
 )
+from app.serve.ingress.idempotency import IdempotencyKey, idempotent_call
 from app.serve.ingress.submit import Submission
 from app.serve.ingress.weights import WeightsRoutes
 
@@ -37,11 +38,16 @@ class SGLangRoutes(Submission, WeightsRoutes):
     """The SGLang-compatible routes."""
 
     @api.post("/generate", responses=documented(409, 429, 503, 504, *BODY_ERRORS))
-    async def generate(self, req: GenerateRequest) -> JSONResponse:
+    async def generate(
+        self, req: GenerateRequest, idempotency_key: IdempotencyKey = None
+    ) -> JSONResponse:
         """SGLang-style generate (see ``app.api.sglang``): answers when the call is done or
-        aborted (``/abort_request``: the tokens so far, finish reason ``abort``)."""
+        aborted (``/abort_request``: the tokens so far, finish reason ``abort``); a repeat
+        under an ``Idempotency-Key`` gets the same job."""
+        call = idempotent_call("/generate", idempotency_key, req)
         job_id, outcome = await in_their_fields(
-            req, lambda: self._run(as_native(req.to_rollout), req.rid, partial=True)
+            req,
+            lambda: self._run(as_native(req.to_rollout), req.rid, partial=True, idempotent=call),
         )
         if outcome.status.state not in (JobState.DONE, JobState.CANCELLED):
             raise failed(outcome)

@@ -4,7 +4,8 @@ wait; the common path of every dialect's rollout routes.
 Invariants: a prompt that cannot fit the model context is a 422 naming it before it is
 tokenized (a text of n bytes is at least n / max_token_bytes tokens); tokenizing and decoding run
 in a thread, never on the event loop; a caller that goes away cancels its job once the job
-exists, and never cancels one its submission did not create.
+exists, and never cancels one its submission did not create (nor one under an Idempotency-Key:
+its retry waits for it).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import asyncio
 import logging
 import uuid
 
-from app.api import GroupResult, JobStatus, RolloutRequest
-from app.rollout import expand, with_text
+from app.api import GroupResult, RolloutRequest
+from app.rollout import IdempotentCall, expand, with_text
 from app.serve.ingress.base import IngressBase
 from app.serve.ingress.errors import unprocessable
-from app.serve.scheduler.deployment import JobOutcome
+from app.serve.scheduler.deployment import JobOutcome, Submitted
 from app.serve.scheduler.jobs import JobError
 
 log = logging.getLogger("seer.ingress")
@@ -89,10 +90,12 @@ class Submission(IngressBase):
         job_id: str | None = None,
         cancel_digest: str | None = None,
         rid: str | None = None,
-    ) -> str:
-        """Validate against the model, tokenize, submit; returns the job id. ``cancel_digest``:
-        of the token its submitter may cancel it with (None: the operator only); ``rid``: the
-        ``/generate`` call's own id, by which ``/abort_request`` may end it."""
+        idempotent: IdempotentCall | None = None,
+    ) -> Submitted:
+        """Validate against the model, tokenize, submit; returns the job (for a repeat of an
+        ``idempotent`` call, the one it made). ``cancel_digest``: of the token its submitter may
+        cancel it with (None: the operator only); ``rid``: the ``/generate`` call's own id, by
+        which ``/abort_request`` may end it."""
         if req.expected_policy is not None:  # only then is the running policy worth a round trip
             running: str = await self._ask(self.scheduler.policy())
             if req.expected_policy != running:
@@ -112,33 +115,44 @@ class Submission(IngressBase):
         plan = expand(job_id or uuid.uuid4().hex[:12], req, prompts, mode)
         plan.cancel_digest = cancel_digest
         plan.rid = rid
-        status: JobStatus = await self._ask(self.scheduler.submit(plan))
-        return status.id
+        plan.idempotent = idempotent
+        submitted: Submitted = await self._ask(self.scheduler.submit(plan))
+        return submitted
 
     async def _run(
-        self, req: RolloutRequest, rid: str | None = None, partial: bool = False
+        self,
+        req: RolloutRequest,
+        rid: str | None = None,
+        partial: bool = False,
+        idempotent: IdempotentCall | None = None,
     ) -> tuple[str, JobOutcome]:
         """Submit the job and wait until it is terminal. A caller that goes away, while the
         job is being submitted or after, cancels it: once its submission is through (the job
         exists) the cancel goes to the scheduler, and a cancel that is slow to answer is not
-        withdrawn. A submission that failed cancels nothing (the id may be another's job).
-        ``rid``: a ``/generate`` call's own id, the job's id then (else a random one)."""
+        withdrawn. A submission that failed cancels nothing (the id may be another's job). An
+        ``idempotent`` call's job is not cancelled: it runs on for the caller's retry (which
+        waits for it). ``rid``: a ``/generate`` call's own id, the job's id then (else a
+        random one)."""
         job_id = rid or uuid.uuid4().hex[:12]
         # detached: the request's cancellation must not cancel the submission under way
-        submit = self._background.keep(self._submit(req, job_id, rid=rid))
+        submit = self._background.keep(self._submit(req, job_id, rid=rid, idempotent=idempotent))
         try:
-            await asyncio.shield(submit)
+            job_id = (await asyncio.shield(submit)).status.id
             outcome: JobOutcome = await self._ask(self.scheduler.wait(job_id, partial))
         except asyncio.CancelledError:  # the caller went away: stop generating for nobody
-            self._background.keep(self._cancel_submitted(submit, job_id))
+            if idempotent is None:
+                self._background.keep(self._cancel_submitted(submit))
+            else:
+                log.info("the caller of rollout %s went away: kept for its retry", job_id)
             raise
         return job_id, outcome
 
-    async def _cancel_submitted(self, submit: asyncio.Future[str], job_id: str) -> None:
+    async def _cancel_submitted(self, submit: asyncio.Future[Submitted]) -> None:
         bound = self.config.replica_call_timeout_s
         await asyncio.wait([submit], timeout=bound)
         if not submit.done() or submit.cancelled() or submit.exception() is not None:
             return  # not submitted (within the bound): there is no job of ours to cancel
+        job_id = submit.result().status.id
         log.info("the caller of rollout %s went away: cancelling it", job_id)
         cancel = self._background.keep(self.scheduler.cancel(job_id))
         done, _ = await asyncio.wait([cancel], timeout=bound)

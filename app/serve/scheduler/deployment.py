@@ -129,6 +129,13 @@ class JobOutcome(BaseModel):
     groups: list[GroupResult]  # in prompt order when DONE
 
 
+class Submitted(BaseModel):
+    """A submission's answer: its job (a held one, for a repeat of an idempotent call)."""
+
+    status: JobStatus
+    cancel_token: str | None = None  # an idempotent 202's token, given again to its repeat
+
+
 def _alive_nodes() -> int:
     """Alive nodes of the Ray cluster (a blocking GCS call)."""
     import ray
@@ -208,14 +215,16 @@ class SeerScheduler:
         return self.dispatcher.policies.next.name
 
     @refusing
-    async def submit(self, plan: JobPlan) -> JobStatus:
+    async def submit(self, plan: JobPlan) -> Submitted:
         if self.store is not None and self.dispatcher.wants_prior:
             keys = [g.spec.prompt_key or g.spec.group_id for g in plan.groups]
             found = await self.store.prefetch(keys)
             self.dispatcher.metrics.prior_prompts.labels("looked_up").inc(len(keys))
             self.dispatcher.metrics.prior_prompts.labels("found").inc(found)
         job = self.dispatcher.submit(plan)
-        return self.dispatcher.status(job.id)
+        call = job.plan.idempotent
+        token = call.cancel_token if call is not None else None
+        return Submitted(status=self.dispatcher.status(job.id), cancel_token=token)
 
     @refusing
     async def status(self, job_id: str) -> JobStatus:

@@ -4,7 +4,7 @@ Invariants:
 - A job is accepted only while the service accepts work (503 once it drains), only when its
   longest response fits the largest replica's KV (422) and the book admits it (422 per-job
   limits, 409 an id held, 429 open totals); an accepted job waits in the inbox until the loop
-  admits it into the scheduler.
+  admits it into the scheduler. A repeat of an idempotent call is answered with its job.
 - Only its own cancel token (its digest), a trusted caller (the operator, the service itself)
   or, for a ``/generate`` call, the ``rid`` it was submitted under ends a job early; ending is
   idempotent.
@@ -55,7 +55,11 @@ class JobDesk(ABC):
         """Until no chunk is in flight, at most ``bound_s``."""
 
     def submit(self, plan: JobPlan) -> Job:
-        """Accept a job or raise ``JobError`` (422 too large, 429 over a total, 503 closing)."""
+        """Accept a job or raise ``JobError`` (422 too large, 429 over a total, 503 closing);
+        a repeat of an idempotent call is its held job (``JobBook.repeat_of``)."""
+        repeat = self.book.repeat_of(plan)
+        if repeat is not None:
+            return repeat
         if not self.accepting:
             raise JobError(503, "the service is shutting down; not accepting rollouts")
         room = max(self.pool.spec(i).kv_capacity_tokens for i in range(len(self.pool)))

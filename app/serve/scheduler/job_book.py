@@ -7,6 +7,8 @@ Invariants:
   with a response no replica can hold, 409 for an id held already, 429 (with ``retry_after_s``) when
   adding it would take an open total (jobs, requests, requests x max_tokens) past its limit. So the
   open totals never exceed their limits.
+- An ``Idempotency-Key`` names its job on its endpoint while the job is held: ``repeat_of``
+  gives that job to a call with the same key and body, and a 422 to one with another body.
 - ``expire`` scans at most once per ``scan_period_s``; it returns the open jobs older than
   ``request_timeout_s`` for the caller to cancel (ending a job is the dispatcher's: it holds
   the scheduler and the chunks).
@@ -36,8 +38,27 @@ class JobBook:
         self.jobs: dict[str, Job] = {}  # held, by id
         self._open: dict[str, Job] = {}  # open, in submission order
         self._next_scan = 0.0
+        self._keys: dict[tuple[str, str], str] = {}  # (endpoint, Idempotency-Key) -> job id
 
     # ------------------------------------------------------------------ admission
+    def repeat_of(self, plan: JobPlan) -> Job | None:
+        """The held job ``plan`` repeats (its endpoint and ``Idempotency-Key``), None for a
+        first call; ``JobError`` 422 when that key came with another body."""
+        call = plan.idempotent
+        if call is None:
+            return None
+        job = self.jobs.get(self._keys.get((call.endpoint, call.key), ""))
+        if job is None or job.plan.idempotent is None:
+            return None
+        if job.plan.idempotent.body_digest != call.body_digest:
+            raise JobError(
+                422,
+                f"Idempotency-Key {call.key!r} was sent to {call.endpoint} with another body "
+                f"(job {job.id}): a key names one call, give each call its own",
+                loc=("header", "Idempotency-Key"),
+            )
+        return job
+
     def check(self, plan: JobPlan, kv_room: int) -> None:
         """Raise ``JobError`` unless ``plan`` may be added now (see the module invariants);
         ``kv_room``: the KV tokens of the largest replica.
@@ -95,6 +116,8 @@ class JobBook:
         """Hold ``job`` and count it open (``check`` first)."""
         self.jobs[job.id] = job
         self._open[job.id] = job
+        if (call := job.plan.idempotent) is not None:
+            self._keys[(call.endpoint, call.key)] = job.id
 
     def closed(self, job: Job) -> None:
         """``job`` ended: no longer open, still held for ``job_ttl_s``."""
@@ -131,4 +154,5 @@ class JobBook:
                 and now - job.finished_at > self.job_ttl_s
             ):
                 del self.jobs[job.id]
+        self._keys = {k: v for k, v in self._keys.items() if v in self.jobs}
         return [j for j in self._open.values() if now - j.created_at > self.request_timeout_s]

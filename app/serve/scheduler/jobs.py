@@ -28,13 +28,21 @@ from core.scheduling.types import RequestPhase
 
 
 class JobError(Exception):
-    """A request about a job that cannot be served; ``status`` is the HTTP code to answer."""
+    """A request about a job that cannot be served; ``status`` is the HTTP code to answer;
+    ``loc``: what a 422 is about, FastAPI's way (``("body",)``, ``("header", NAME)``)."""
 
-    def __init__(self, status: int, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(status, message, retry_after_s)  # all args: it pickles across Ray
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        retry_after_s: float | None = None,
+        loc: tuple[str, ...] = ("body",),
+    ) -> None:
+        super().__init__(status, message, retry_after_s, loc)  # all args: it pickles across Ray
         self.status = status
         self.message = message
         self.retry_after_s = retry_after_s
+        self.loc = loc
 
     def __str__(self) -> str:
         return self.message
@@ -49,10 +57,11 @@ class Refusal:
     status: int
     message: str
     retry_after_s: float | None = None
+    loc: tuple[str, ...] = ("body",)
 
     @classmethod
     def of(cls, exc: JobError) -> Refusal:
-        return cls(exc.status, exc.message, exc.retry_after_s)
+        return cls(exc.status, exc.message, exc.retry_after_s, exc.loc)
 
 
 @dataclass

@@ -4,8 +4,9 @@ Invariant: they only touch a positive (schema-valid) case whose body breaks one 
 below, each a rule the published schema cannot state (a sum or product across fields, a count
 that must equal another's, the service's state at run time), so that its 422 is not read as "a
 schema-valid request rejected": such a case is skipped, but for a weight update, where every
-generated path breaks the rule, its path is set to a checkpoint the service can load (one
-schema-valid value for another: the case stays positive). A negative case is never touched (the
+generated path breaks the rule, its path is set to a checkpoint the service can load, and an
+Idempotency-Key is made fresh for every call (one schema-valid value for another: the case
+stays positive). A negative case is never touched (the
 service refuses it either way). One failure is dropped, for the reason its hook says
 (DELETE /v1/rollouts/{id} cancels, it does not delete). The app's config comes in
 ``SEER_FUZZ_APP`` (JSON: the ``args`` it was deployed with), the checkpoint in
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from typing import Any
 
 import schemathesis
@@ -148,10 +150,18 @@ def filter_case(context: HookContext, case: Case) -> bool:
     return not _positive(case) or broken_rule(_label(case), case.body) is None
 
 
+#: an Idempotency-Key names one call: sent again with another body it is a 422 (the service's
+#: memory of earlier calls: run-time state). app.serve.ingress.idempotency; test_retries.py's
+#: test_a_202_repeated_under_its_key_is_the_same_job_another_body_a_422
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
 @schemathesis.hook
 def map_case(context: HookContext, case: Case) -> Case:
     if _positive(case):
         case.body = loadable(_label(case), case.body)
+        if case.headers and IDEMPOTENCY_KEY in case.headers:  # a fresh key for every call
+            case.headers = {**case.headers, IDEMPOTENCY_KEY: uuid.uuid4().hex}
     return case
 
 

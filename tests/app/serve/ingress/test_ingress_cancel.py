@@ -7,6 +7,7 @@ caller's job. The scheduler handle is an in-process stand-in; the Serve path is 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import ray._raylet
@@ -57,13 +58,15 @@ def _ingress(submit_fails: bool = False) -> tuple[Any, Scheduler, asyncio.Event,
     ingress.submit_parents = []
     started, release = asyncio.Event(), asyncio.Event()
 
-    async def submit(req: Any, job_id: str, rid: str | None = None) -> str:
+    async def submit(
+        req: Any, job_id: str, rid: str | None = None, idempotent: Any = None
+    ) -> Any:  # the Submitted answer as far as _run reads it
         ingress.submit_parents.append(ray._raylet.async_task_id.get())
         started.set()
         await release.wait()
         if submit_fails:
             raise JobError(409, f"job {job_id} exists")
-        return job_id
+        return SimpleNamespace(status=SimpleNamespace(id=job_id))
 
     ingress._submit = submit
     return ingress, scheduler, started, release

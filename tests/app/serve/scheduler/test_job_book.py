@@ -10,7 +10,7 @@ import pytest
 
 from app.api import JobState, RolloutRequest
 from app.config import ServiceLimits
-from app.rollout import JobPlan, expand
+from app.rollout import IdempotentCall, JobPlan, expand
 from app.serve.scheduler.job_book import JobBook
 from app.serve.scheduler.jobs import Job, JobError
 
@@ -97,3 +97,28 @@ def test_expiry_drops_ended_jobs_after_the_ttl_and_returns_timed_out_open_ones()
     assert e.value.status == 404 and "expired after job_ttl_s" in e.value.message
     assert book.expire(now + 0.5) == []  # the next scan is not due yet
     assert [j.id for j in book.expire(now + 40)] == ["slow", "young"]  # young: 101 s
+
+
+def _keyed(job_id: str, key: str, endpoint: str = "/v1/rollouts", body: str = "b") -> JobPlan:
+    plan = _plan(job_id)
+    plan.idempotent = IdempotentCall(endpoint, key, body, cancel_token="tok")
+    return plan
+
+
+def test_an_idempotency_key_names_one_job_per_endpoint_while_it_is_held() -> None:
+    book = _book()
+    first = _add(book, _keyed("a", "k1"))
+    assert book.repeat_of(_plan("x")) is None  # no key: a new job
+    assert book.repeat_of(_keyed("x", "k1")) is first  # same key, same body
+    assert book.repeat_of(_keyed("x", "k1", endpoint="/generate")) is None  # keys per endpoint
+    assert book.repeat_of(_keyed("x", "k2")) is None
+    with pytest.raises(JobError) as e:
+        book.repeat_of(_keyed("x", "k1", body="another"))
+    assert e.value.status == 422 and e.value.loc == ("header", "Idempotency-Key")
+    assert "'k1'" in e.value.message and "job a" in e.value.message
+    first.finish(JobState.DONE, None)
+    book.closed(first)
+    assert book.repeat_of(_keyed("x", "k1")) is first  # ended, still held: the same answer
+    assert first.finished_at is not None
+    book.expire(first.finished_at + 61)  # past job_ttl_s: the key is free again
+    assert book.repeat_of(_keyed("x", "k1")) is None

@@ -1,6 +1,10 @@
-"""The scheduler's process SIGKILLed under load, on a real Serve app (fake engine replicas, the
-store on SQLite): issue 38, defects 10 and 11.
+"""Retries and restarts on a real Serve app (fake engine replicas, the store on SQLite).
 
+Idempotent submissions (issue 38): a call repeated under its ``Idempotency-Key`` is the same job
+(id, results, cancel token), whether the first is running, done, or its caller went away;
+another body under the key is a 422 naming the header; keys are per endpoint.
+
+The scheduler's process SIGKILLed under load (issue 38, defects 10 and 11; last in the module).
 Before: a waiting ``/v1/rollouts`` caller got HTTP 500; the restarted scheduler believed weights
 v0, put every replica STALE and served nothing until the trainer updated again; the lost jobs
 stayed ``running`` in the store for good (a ghost on the dashboard's Now page). Now every caller
@@ -52,6 +56,67 @@ def _post(url: str, path: str, body: dict[str, Any], out: list[Any]) -> None:
 def _stream(url: str, job_id: str, out: list[Any]) -> None:
     with httpx.stream("GET", f"{url}/v1/rollouts/{job_id}/groups", timeout=_BACK_S) as s:
         out.extend(json.loads(line) for line in s.iter_lines() if line)
+
+
+def _key(key: str) -> dict[str, str]:
+    return {"Idempotency-Key": key}
+
+
+def test_a_202_repeated_under_its_key_is_the_same_job_another_body_a_422(
+    app: tuple[str, Path],
+) -> None:
+    url, _ = app
+    body = {"prompts": ["a", "b"], "group_size": 2, "max_tokens": 16}
+    first = httpx.post(f"{url}/v1/rollouts", json=body, headers=_key("k-202"), timeout=30)
+    again = httpx.post(f"{url}/v1/rollouts", json=body, headers=_key("k-202"), timeout=30)
+    assert first.status_code == again.status_code == 202, (first.text, again.text)
+    assert again.json() == first.json()  # same id, same URLs, the same cancel token
+    other = httpx.post(f"{url}/v1/rollouts", json=body, timeout=30)  # no key: a job of its own
+    assert other.json()["id"] != first.json()["id"]
+    changed = {**body, "max_tokens": 17}
+    r = httpx.post(f"{url}/v1/rollouts", json=changed, headers=_key("k-202"), timeout=30)
+    assert r.status_code == 422, r.text
+    [err] = r.json()["detail"]
+    assert err["loc"] == ["header", "Idempotency-Key"] and first.json()["id"] in err["msg"]
+    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    completion = {"model": model, "prompt": "a", "max_tokens": 4}  # keys are per endpoint
+    r = httpx.post(f"{url}/v1/completions", json=completion, headers=_key("k-202"), timeout=60)
+    assert r.status_code == 200, r.text
+    for bad in ("", "x" * 257, "tab\there"):
+        r = httpx.post(f"{url}/v1/rollouts", json=body, headers=_key(bad), timeout=30)
+        assert r.status_code == 422 and "Idempotency-Key" in r.text, (bad, r.text)
+    token = {"Authorization": f"Bearer {first.json()['cancel_token']}"}
+    r = httpx.delete(f"{url}/v1/rollouts/{first.json()['id']}", headers=token, timeout=30)
+    assert r.status_code == 200, r.text  # the repeated token is the job's own
+
+
+def test_a_retry_after_a_lost_answer_gets_the_whole_answer_of_the_one_job(
+    app: tuple[str, Path],
+) -> None:
+    """The first caller gives up (its answer lost); the job runs on and its retry, with the
+    same key, waits for it and gets every group; a third call gets the same answer at once.
+    /generate the same way."""
+    url, _ = app
+    body = {"prompts": ["a", "b"], "group_size": 2, "max_tokens": 200, "wait": True}
+    with pytest.raises(httpx.ReadTimeout):  # ~100 tokens at 20 ms a token: seconds of work
+        httpx.post(f"{url}/v1/rollouts", json=body, headers=_key("k-wait"), timeout=0.5)
+    retry = httpx.post(f"{url}/v1/rollouts", json=body, headers=_key("k-wait"), timeout=120)
+    assert retry.status_code == 200, retry.text
+    groups = retry.json()["groups"]
+    assert len(groups) == 2 and all(len(g["responses"]) == 2 for g in groups)
+    assert all(r["finish_reason"] in ("stop", "length") for g in groups for r in g["responses"])
+    third = httpx.post(f"{url}/v1/rollouts", json=body, headers=_key("k-wait"), timeout=120)
+    assert third.json()["id"] == retry.json()["id"] and third.json()["groups"] == groups
+    status = httpx.get(f"{url}/v1/rollouts/{retry.json()['id']}", timeout=30).json()
+    assert status["state"] == "done"  # the first caller's leaving cancelled nothing
+
+    gen = {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 8}, "rid": "idem-gen"}
+    one = httpx.post(f"{url}/generate", json=gen, headers=_key("k-gen"), timeout=120)
+    two = httpx.post(f"{url}/generate", json=gen, headers=_key("k-gen"), timeout=120)
+    assert one.status_code == two.status_code == 200, (one.text, two.text)
+    assert one.json() == two.json()
+    r = httpx.post(f"{url}/generate", json=gen, timeout=120)  # the rid again, with no key
+    assert r.status_code == 409, r.text
 
 
 def test_a_killed_scheduler_is_a_503_then_serves_again_on_the_trainer_s_weights(
