@@ -18,7 +18,8 @@ import pytest
 from lab.engines.broken_verification import BROKEN_RULES, PROOF_RULES
 from tests.app.test_exactness_cli import exactness_cli
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# the proof takes 8-15 minutes on the 2-core machine: its own bound, the subprocess's
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 KEYS = {"verdict", "greedy_identical", "sampled_check", "broken_rule", "logprob_max_abs_diff"}
 
