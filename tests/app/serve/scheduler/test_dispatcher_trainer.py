@@ -12,6 +12,7 @@ import pytest
 from app.api import JobState, ReplicaState
 from app.serve.scheduler.dispatcher import Dispatcher
 from app.serve.scheduler.jobs import JobError
+from app.serve.scheduler.replica_pool import ReplicaUnavailable
 from app.weights_digest import checkpoint_digest
 from core.engine import ChunkRequest, FinishReason
 from core.events import CollectingSink, JobStarted, RequestFinished
@@ -359,3 +360,45 @@ def test_a_new_scheduler_aborts_the_chunks_a_gone_one_left_running() -> None:
         await run_dispatcher(links, service_config(), "divided", body)
 
     asyncio.run(main())
+
+
+def test_a_replica_killed_during_a_weight_update_comes_back_on_the_new_weights(
+    tmp_path: Path,
+) -> None:
+    """Issue 38's fault matrix: a replica dies while it loads the new weights. The update
+    answers (done on the other, the dead one named), the dead one is out of rotation, and
+    once Serve restarted it (on the model it started with) it loads the new weights before
+    it serves: no chunk ever runs on the old ones."""
+    links = FakeLinks(n=2, step_s=0.002)
+    ckpt = checkpoint(tmp_path / "v1")
+    load = links.update_weights
+    died: list[int] = []
+
+    async def dies_loading(replica: int, path: str, version: int, digest: str | None) -> str:
+        if replica == 1 and not died:
+            died.append(replica)
+            links.down.add(1)  # killed mid-load: restarting, then back on its first weights
+            raise ReplicaUnavailable("replica-1: the actor died")
+        return await load(replica, path, version, digest)
+
+    links.update_weights = dies_loading  # type: ignore[method-assign]
+
+    async def body(d: Dispatcher) -> None:
+        update = await d.updater.update(str(ckpt), 1)
+        assert update.replicas == ["replica-0"] and "replica-1" in update.failed_replicas
+        assert d.pool.replicas[1].state is not ReplicaState.HEALTHY
+        ran = _logged(links)
+        d.submit(job_plan("j", prompts=4, g=4, max_tokens=40))
+        links.down.discard(1)  # Serve restarted it
+        assert (await d.wait("j")).state is JobState.DONE
+        deadline = asyncio.get_running_loop().time() + 10
+        while d.pool.replicas[1].state is not ReplicaState.HEALTHY:
+            assert asyncio.get_running_loop().time() < deadline, d.pool.replicas[1].error
+            await asyncio.sleep(0.01)
+        assert links.engines[1].policy_version == 1
+        d.submit(job_plan("k", prompts=4, g=4, max_tokens=40))
+        assert (await d.wait("k")).state is JobState.DONE
+        assert ran and all(version == 1 for _, _, _, version in ran), sorted(set(ran))[:10]
+        assert {v for v, _ in _tokens_by_request(d, "k").values()} == {1}
+
+    asyncio.run(run_dispatcher(links, service_config(), "divided", body))
