@@ -54,7 +54,7 @@ class WritePlan:
 
     def execute(self, conn: Connection) -> None:
         """Run the plan on ``conn`` (the caller owns the transaction)."""
-        from sqlalchemy import bindparam, insert
+        from sqlalchemy import bindparam, insert, or_
 
         tables: dict[str, Table] = {t.name: t for t in tb.TABLES}
         for name in _INSERT_ORDER:
@@ -63,9 +63,12 @@ class WritePlan:
                 conn.execute(insert(tables[name]), rows)
         if self.job_ends:
             jobs = tables["jobs"]
+            # a job ended for a gone scheduler may still end on its own: during a redeploy the
+            # old scheduler drains while the new one starts, and its end is the true one
+            open_ = or_(jobs.c.state == "running", jobs.c.error == ORPHANED)
             stmt = (
                 jobs.update()
-                .where(jobs.c.job_id == bindparam("b_job_id"), jobs.c.state == "running")
+                .where(jobs.c.job_id == bindparam("b_job_id"), open_)
                 .values(
                     state=bindparam("b_state"),
                     finished_at=bindparam("b_at"),

@@ -107,7 +107,8 @@ def test_a_started_scheduler_ends_the_jobs_a_gone_one_left_running(any_url: str)
     """Issue 38, defect 11: a job lost with its scheduler stayed ``running`` in the store for
     good (a ghost on the dashboard's Now page, its elapsed time counting). A scheduler that
     starts says so, and every job recorded as running before it ends, failed, naming why; a
-    job that ended before, and one that starts after, keep their own states."""
+    job that ended before, and one that starts after, keep their own states, and one that then
+    ends for real (its old scheduler drained it during a redeploy) records that end."""
     w = StoreWriter(any_url, FAST, migrate=True).start()
     g = (GroupInfo("g", "p", "sha256:aa", None, 2, 64, 5),)
     w.emit(JobStarted("done", 1.0, 1.0, "seer", None, 64, g))
@@ -115,6 +116,9 @@ def test_a_started_scheduler_ends_the_jobs_a_gone_one_left_running(any_url: str)
     w.emit(JobStarted("lost", 3.0, 3.0, "seer", None, 64, ()))
     w.emit(SchedulerStarted(5.0))
     w.emit(JobStarted("new", 6.0, 6.0, "seer", None, 64, ()))
+    w.emit(JobStarted("drained", 4.0, 4.0, "seer", None, 64, ()))
+    w.emit(SchedulerStarted(5.0))  # a redeploy: the old scheduler drains beside the new one
+    w.emit(JobFinished("drained", 7.0, "done", 2, 9))  # and its job ends for real: kept
     assert w.flush(WAIT)
     w.close()
     r = StoreReader(any_url)
@@ -125,7 +129,9 @@ def test_a_started_scheduler_ends_the_jobs_a_gone_one_left_running(any_url: str)
             "done": "done",
             "lost": "failed",
             "new": "running",
+            "drained": "done",
         }
+        assert jobs["drained"].error is None and jobs["drained"].finished_at == 7.0
         assert jobs["lost"].finished_at == 5.0 and jobs["lost"].error == ORPHANED
         assert "scheduler restarted" in ORPHANED and jobs["done"].error is None
     finally:
