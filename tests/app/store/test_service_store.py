@@ -9,34 +9,14 @@ from typing import Any
 
 from app.api import JobState, RolloutRequest
 from app.config import SERVICE_POLICIES, ServiceConfig
-from app.engines.config import EngineConfig
-from app.engines.fake import FakeEngine
 from app.rollout import JobPlan, expand
 from app.serve.scheduler.dispatcher import Dispatcher
 from app.store.config import StoreConfig
 from app.store.reader import StoreReader
 from app.store.service import ServiceStore
-from core.engine import ChunkRequest, ChunkResult, EngineLoad
+from tests.app.serve.fakes import FakeLinks
 
 WAIT = 60.0
-
-
-class Links:
-    def __init__(self, n: int = 2) -> None:
-        cfg = EngineConfig(backend="fake", max_model_len=512, max_num_seqs=64)
-        self.engines = [FakeEngine(cfg, f"replica-{i}") for i in range(n)]
-        for e in self.engines:
-            e.step_s = 0.0
-        self.replica_ids = [e.replica_id for e in self.engines]
-
-    async def run_chunk(self, replica: int, chunk: ChunkRequest) -> ChunkResult:
-        return await self.engines[replica].run_chunk(chunk)
-
-    async def abort(self, replica: int, request_id: str, generated: int) -> bool:
-        return await self.engines[replica].abort(request_id)
-
-    async def load(self, replica: int) -> EngineLoad:
-        return self.engines[replica].load()
 
 
 def _plan(job: str, iteration: int) -> JobPlan:
@@ -77,9 +57,8 @@ def test_two_iterations_recorded_and_the_second_uses_the_prior(sqlite_url: str) 
     )
 
     async def main() -> tuple[dict[str, int], Any]:
-        links = Links()
-        for e in links.engines:
-            await e.start()
+        links = FakeLinks()  # the whole EngineLinks protocol, engines without delay
+        await links.start()
         store = await ServiceStore.open(config.store)
         assert store is not None
         spy = SpyPrior(store.prior)
