@@ -163,13 +163,17 @@ def soak(
     port: int,
     seed: int = 0,
     say: Any = None,
+    service: Any = None,
 ) -> SoakReport:
-    """Run the soak on a local Ray of its own (see the module docstring)."""
+    """Run the soak on a local Ray of its own, or on ``service`` (an ``app.serve.local``
+    ``LocalService`` already running: its app is deleted at the end, the service kept)."""
     from app.serve.local import LocalService
 
     report = SoakReport(jobs=jobs)
     bodies = job_bodies(jobs, seed)
-    service = LocalService(port, num_cpus=2)
+    own = service is None
+    if service is None:
+        service = LocalService(port, num_cpus=2)
     stop = threading.Event()
     try:
         url = service.deploy(APP, timeout_s=900)
@@ -214,7 +218,10 @@ def soak(
         report.chunk_p99_s = _quantile(metrics, "seer_chunk_seconds", 0.99)
     finally:
         stop.set()
-        service.close()
+        if own:
+            service.close()
+        else:
+            service.delete()
     return report
 
 
