@@ -7,7 +7,7 @@ latency from the service's own ``seer_chunk_seconds`` histogram (``/metrics``; i
 within its buckets). Exit 1 when a job did not complete or a response is missing or doubled.
 
     python -m lab.bench.soak                       # 50 jobs over 10 minutes, a kill a minute
-    python -m lab.bench.soak --jobs 4 --minutes 0.5 --kill-every 10   # the test's short run
+    python -m lab.bench.soak --jobs 4 --minutes 0.5 --kill-every 10   # a short run
 
 Invariant: every wait is bounded (a job by ``--job-timeout``, the deploy by its own bound); the
 jobs are sent by ``--concurrency`` threads, each with a 429 retried after its ``Retry-After``.
