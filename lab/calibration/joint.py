@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from core.bounds import check_range
 from core.sim.simulator import simulate
 from core.sim.workload import Preset, generate, get_preset
 from lab.calibration.search import Param, compass
+from lab.calibration.seeds import over_seeds
 
 # Achieved fraction of HBM bandwidth (and of peak FLOPs) in a decode step, the same for every
 # preset: an assumption, not a figure of the paper. Moonlight (one GPU per instance, no
@@ -146,18 +148,19 @@ def apply(preset: Preset, values: dict[str, float]) -> Preset:
     )
 
 
+def _seed_figures(preset: Preset, seed: int) -> tuple[float, float, float, float]:
+    """veRL's time, tail and preemptions and divided x veRL on the workload of ``seed``."""
+    work = generate(preset.spec, seed)
+    v = simulate(work, preset.cost, "verl")
+    d = simulate(work, preset.cost, "divided")
+    return v.makespan_s, v.tail_s, float(v.preemptions), v.makespan_s / d.makespan_s
+
+
 def baseline_figures(preset: Preset, seeds: tuple[int, ...] = FIT_SEEDS) -> Figures:
-    """verl and divided on the full-scale workloads of ``seeds``; divided x verl is the mean
-    of the per-seed ratios (as Table 4 rows are read here)."""
-    verl, tail, pre, ratio = [], [], [], []
-    for s in seeds:
-        work = generate(preset.spec, s)
-        v = simulate(work, preset.cost, "verl")
-        d = simulate(work, preset.cost, "divided")
-        verl.append(v.makespan_s)
-        tail.append(v.tail_s)
-        pre.append(float(v.preemptions))
-        ratio.append(v.makespan_s / d.makespan_s)
+    """verl and divided on the full-scale workloads of ``seeds`` (one worker per core);
+    divided x verl is the mean of the per-seed ratios (as Table 4 rows are read here)."""
+    runs = over_seeds(functools.partial(_seed_figures, preset), seeds)
+    verl, tail, pre, ratio = (list(col) for col in zip(*runs, strict=True))
     n = len(seeds)
     return Figures(sum(verl) / n, sum(tail) / n, sum(ratio) / n, sum(pre) / n)
 
