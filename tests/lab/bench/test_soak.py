@@ -9,8 +9,6 @@ import pytest
 
 from lab.bench.soak import _quantile, check
 
-pytestmark = [pytest.mark.serve, pytest.mark.slow]
-
 
 def test_the_check_counts_lost_and_doubled_responses() -> None:
     body = {"prompts": ["a", "b"], "group_size": 2, "max_tokens": 4}
