@@ -202,11 +202,12 @@ def test_a_killed_scheduler_is_a_503_then_serves_again_on_the_trainer_s_weights(
         while True:
             jobs = reader.jobs()
             lost = [j for j in jobs if j.error == ORPHANED]
-            if len(lost) == 3:
+            # the rollout after the restart answered before its end reached the store
+            running = [j for j in jobs if j.state == "running"]
+            if len(lost) == 3 and not running:
                 break
             assert time.monotonic() < deadline, [(j.job_id, j.state, j.error) for j in jobs]
             time.sleep(0.5)
         assert {j.state for j in lost} == {"failed"} and streamed_job in {j.job_id for j in lost}
-        assert not [j for j in jobs if j.state == "running"], jobs
     finally:
         reader.close()
