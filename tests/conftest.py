@@ -121,6 +121,49 @@ def serve_url(tiny_model: Path, local_service: Any) -> Iterator[str]:
     local_service.delete()
 
 
+#: Session fixtures that hold processes (Ray + Serve, a vLLM engine, Postgres): each is closed
+#: after the module of the last test that uses it, not at the session's end (an idle Ray alone
+#: took ~7 CPU-s a minute of the 2-core CI machine's, through the ~20 minutes of tests after).
+CLOSE_AFTER_LAST_USE = ("local_service", "vllm_engine", "pg_server")
+_last_module: dict[str, str] = {}  # fixture -> path of the last module whose tests use it
+F = TypeVar("F")
+
+
+def requests_dynamically(*names: str) -> Any:
+    """Mark a fixture that gets ``names`` by ``request.getfixturevalue``: its tests use them
+    too, which pytest's fixture closure does not show (``CLOSE_AFTER_LAST_USE``)."""
+
+    def mark(fixture: F) -> F:
+        fixture._requests_dynamically = names  # type: ignore[attr-defined]
+        return fixture
+
+    return mark
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:  # in run order, after deselection
+        defs = getattr(item, "_fixtureinfo", None)
+        if defs is None:
+            continue
+        used = set(defs.name2fixturedefs)
+        for fixturedefs in defs.name2fixturedefs.values():
+            used.update(getattr(fixturedefs[-1].func, "_requests_dynamically", ()))
+        for name in used.intersection(CLOSE_AFTER_LAST_USE):
+            _last_module[name] = str(item.path)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield  # the module's own fixtures first: a module fixture may still use a session one
+    if nextitem is not None and nextitem.path == item.path:
+        return
+    for name in [n for n, module in _last_module.items() if module == str(item.path)]:
+        del _last_module[name]
+        defs = item.session._fixturemanager.getfixturedefs(name, item)
+        if defs and defs[-1].cached_result is not None:  # set up: finish it now, not at the end
+            defs[-1].finish(item._request)  # type: ignore[attr-defined]
+
+
 #: how many test modules the run's time report lists (``./test.sh`` prints it at the end)
 SLOWEST_MODULES = 10
 

@@ -17,6 +17,7 @@ from app.engines.config import EngineConfig, SimConfig
 from app.engines.fake import FakeEngine
 from app.engines.registry import ENGINE_BACKENDS, engine_class, make_engine
 from core.engine import ChunkRequest, FinishReason, SamplingParams
+from tests.conftest import requests_dynamically
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -40,6 +41,7 @@ def sim_engine(loop_thread: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(params=["vllm", "fake", "sim"])
+@requests_dynamically("vllm_engine")
 def engine(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(f"{request.param}_engine")
 

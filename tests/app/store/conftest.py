@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, requests_dynamically
 
 PG_BINARIES = ("initdb", "pg_ctl")
 
@@ -177,6 +177,7 @@ def own_pg() -> Iterator[PgServer]:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
+@requests_dynamically("pg_server")
 def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each test using it runs on a SQLite file and on a Postgres database."""
     if request.param == "sqlite":
