@@ -115,7 +115,8 @@ class ExactnessReport:
     logprob_max_abs_diff: float | None  # None: not scored (a broken rule's run)
     verdict: str
     sampled_verdict: str = "PASS"
-    samples: int = 0
+    samples: int = 0  # sampled responses of the spec engine per setting
+    plain_samples: int = 0  # and of the plain engine (its reference, shared by every rule)
     broken_rule: str | None = None
     drafted_tokens: int = 0
     accepted_tokens: int = 0
@@ -140,6 +141,7 @@ class ExactnessReport:
                 "verdict": self.sampled_verdict,
                 "p_values": [t.p_value for t in self.sampled_tests],
                 "samples": self.samples,
+                "plain_samples": self.plain_samples,
             },
             "broken_rule": self.broken_rule,
             "logprob_max_abs_diff": self.logprob_max_abs_diff,
@@ -189,10 +191,11 @@ def _generate(
 
 
 async def _run(
-    engine: VllmEngine, p: ExactnessParams, prompts: list[list[int]], seeds: int
+    engine: VllmEngine, p: ExactnessParams, prompts: list[list[int]], seeds: int, samples: int
 ) -> Runs:
-    """The greedy groups and one group per sampled setting; sampled response j of setting s is
-    seeded ``seeds + seed + 7919 (j + samples s)``, so disjoint ``seeds`` draw independently."""
+    """The greedy groups and ``samples`` responses per sampled setting; sampled response j of
+    setting s is seeded ``seeds + seed + 7919 (j + samples s)``, so disjoint ``seeds`` draw
+    independently."""
     greedy = SamplingParams(temperature=0.0)
     jobs = [
         _generate(engine, p, f"greedy{i}", k, ids, greedy)
@@ -210,15 +213,15 @@ async def _run(
             SamplingParams(
                 temperature=t,
                 top_p=top_p,
-                seed=(seeds + p.seed + 7919 * (j + p.samples * s)) % 2**32,
+                seed=(seeds + p.seed + 7919 * (j + samples * s)) % 2**32,
             ),
         )
         for s, (t, top_p) in enumerate(SAMPLED_SETTINGS)
-        for j in range(p.samples)
+        for j in range(samples)
     ]
     out = await asyncio.gather(*jobs, *sampled)
     rest = list(out[len(jobs) :])
-    per_setting = [rest[s * p.samples : (s + 1) * p.samples] for s in range(len(SAMPLED_SETTINGS))]
+    per_setting = [rest[s * samples : (s + 1) * samples] for s in range(len(SAMPLED_SETTINGS))]
     return Runs(greedy=list(out[: len(jobs)]), sampled=per_setting)
 
 
@@ -281,13 +284,21 @@ async def collect(
     say: Callable[[str], None] = lambda _: None,
     score: bool = True,
     verification: Verification | None = None,
+    samples: tuple[int, ...] | None = None,
 ) -> Collected:
     """Run the work on the spec engine once per rule (``None``: vLLM's own verification; the
     others are ``verification``'s, switched live between runs), then once on the plain engine,
-    which also scores every token generated under vLLM's own rule (``score``). Rule i's samples
-    are seeded apart from every other rule's and from the plain engine's."""
+    which also scores every token generated under vLLM's own rule (``score``). Rule i draws
+    ``samples[i]`` sampled responses per setting (default ``p.samples``, at most it: the plain
+    engine draws ``p.samples``), seeded apart from every other rule's and from the plain
+    engine's."""
     if not rules:
         raise ValueError("exactness: need at least one rule")
+    counts = samples if samples is not None else (p.samples,) * len(rules)
+    if len(counts) != len(rules) or not all(16 <= n <= p.samples for n in counts):
+        raise ValueError(
+            f"exactness: samples {counts}: need one per rule of {rules}, each in [16, {p.samples}]"
+        )
     for rule in rules:
         if verification is not None:
             verification.check(rule)
@@ -300,15 +311,15 @@ async def collect(
     prompts = [spec.encode(text, True) for text in DEMO_PROMPTS[: p.prompts]]
     runs = []
     try:
-        for i, rule in enumerate(rules):
+        for i, (rule, n) in enumerate(zip(rules, counts, strict=True)):
             say(
                 f"spec, verification {_rule_name(rule)}: {p.prompts} prompts x {p.group_size} "
-                f"greedy + {len(SAMPLED_SETTINGS)} x {p.samples} sampled responses of "
+                f"greedy + {len(SAMPLED_SETTINGS)} x {n} sampled responses of "
                 f"{p.max_tokens} tokens ..."
             )
             if verification is not None:
                 await verification.use(spec, rule)
-            runs.append(await _run(spec, p, prompts, seeds=_RULE_SEEDS * i))
+            runs.append(await _run(spec, p, prompts, _RULE_SEEDS * i, n))
     finally:
         await spec.shutdown()
     plain = VllmEngine(_engine_config(p, "none"), "exactness-plain")
@@ -316,7 +327,7 @@ async def collect(
     await plain.start()
     try:
         say("plain: the same responses, its own seeds ...")
-        without = await _run(plain, p, prompts, seeds=_PLAIN_SEEDS)
+        without = await _run(plain, p, prompts, _PLAIN_SEEDS, p.samples)
         scored: list[list[list[float]] | None] = []
         for rule, run in zip(rules, runs, strict=True):
             if rule is not None or not score:
@@ -376,7 +387,8 @@ def judge(p: ExactnessParams, c: Collected, i: int, seconds: float = 0.0) -> Exa
         logprob_max_abs_diff=diff,
         verdict="FAIL" if failures else "PASS",
         sampled_verdict="FAIL" if failed else "PASS",
-        samples=p.samples,
+        samples=len(run.sampled[0]),
+        plain_samples=len(c.plain.sampled[0]),
         broken_rule=c.rules[i],
         drafted_tokens=drafted,
         accepted_tokens=accepted,
@@ -390,9 +402,10 @@ async def run_exactness(
     rules: tuple[str | None, ...] = (None,),
     say: Callable[[str], None] = lambda _: None,
     verification: Verification | None = None,
+    samples: tuple[int, ...] | None = None,
 ) -> list[ExactnessReport]:
     """One report per rule (see ``collect``); ``seconds`` is the whole run's."""
     t0 = time.perf_counter()
-    c = await collect(p, rules, say, verification=verification)
+    c = await collect(p, rules, say, verification=verification, samples=samples)
     seconds = time.perf_counter() - t0
     return [judge(p, c, i, seconds) for i in range(len(rules))]

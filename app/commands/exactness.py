@@ -47,7 +47,9 @@ def print_report(report: ExactnessReport) -> None:
     for t in report.sampled_tests:
         what = f"position {t.position:3d}" if t.position is not None else "mean logprob"
         typer.echo(f"sampled T={t.temperature} top_p={t.top_p}: {what}  p-value {t.p_value:.4g}")
-    typer.echo(f"sampled check ({report.samples} per engine and setting): {report.sampled_verdict}")
+    n, ref = report.samples, report.plain_samples
+    per = f"{n} per engine" if n == ref else f"{n} speculating, {ref} plain"
+    typer.echo(f"sampled check ({per}, per setting): {report.sampled_verdict}")
     if report.logprob_max_abs_diff is not None:
         typer.echo(f"logprobs: max |returned - target| = {report.logprob_max_abs_diff:.3g}")
     typer.echo(f"drafts: {report.accepted_tokens} of {report.drafted_tokens} draft tokens accepted")

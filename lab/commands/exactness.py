@@ -24,7 +24,12 @@ from app.commands.exactness import (
     print_report,
     say,
 )
-from lab.engines.broken_verification import BROKEN_RULES, PROOF_RULES, check_rule
+from lab.engines.broken_verification import (
+    BROKEN_RULES,
+    PROOF_RULES,
+    PROOF_SAMPLES,
+    check_rule,
+)
 
 if TYPE_CHECKING:
     from app.exactness import ExactnessReport
@@ -35,8 +40,9 @@ _BROKEN_HELP = (
     + " | ".join(BROKEN_RULES)
 )
 _EVERY_HELP = (
-    f"run vLLM's own rule and then each broken rule of the proof ({', '.join(PROOF_RULES)}) "
-    "on one pair of engines; exit 0 iff the own rule PASSes and every broken one FAILs "
+    f"run vLLM's own rule and then each broken rule of the proof ({', '.join(PROOF_RULES)}, "
+    "each on as many samples as it needs, at most --samples) on one pair of engines; exit 0 "
+    "iff the own rule PASSes and every broken one FAILs "
     '(--json: {"proof": PASS|FAIL, "reports": [...]})'
 )
 
@@ -91,7 +97,11 @@ def exactness(
     from lab.engines.broken_verification import BrokenVerification
 
     rules: tuple[str | None, ...] = (None, *PROOF_RULES) if every_rule else (broken_rule,)
-    reports = asyncio.run(run_exactness(params, rules, say, BrokenVerification()))
+    counts = tuple(
+        params.samples if r is None or not every_rule else min(params.samples, PROOF_SAMPLES[r])
+        for r in rules
+    )
+    reports = asyncio.run(run_exactness(params, rules, say, BrokenVerification(), counts))
     if every_rule:
         holds = proof_holds(reports)
         if as_json:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lab.engines.broken_verification import BROKEN_RULES, PROOF_RULES
+from lab.engines.broken_verification import BROKEN_RULES, PROOF_RULES, PROOF_SAMPLES
 from tests.app.test_exactness_cli import exactness_cli
 
 # the proof takes 8-15 minutes on the 2-core machine: its own bound, the subprocess's
@@ -54,7 +54,7 @@ def test_vllm_s_own_verification_passes(proof: tuple[int, dict[str, Any]]) -> No
     assert r["verdict"] == "PASS", r["failures"]
     assert r["greedy_identical"] and r["greedy_pairs"] == 4 * 4
     check = r["sampled_check"]
-    assert check["verdict"] == "PASS" and check["samples"] == 160
+    assert check["verdict"] == "PASS" and check["samples"] == check["plain_samples"] == 160
     # T=1 and T=0.7/top_p 0.9: four positions (two after a continuation chunk) + the KS each
     assert len(check["p_values"]) == 10 and min(check["p_values"]) >= 1e-3 / 10
     assert {(t["temperature"], t["top_p"]) for t in r["sampled_tests"]} == {(1.0, 1.0), (0.7, 0.9)}
@@ -68,6 +68,9 @@ def test_a_broken_rule_fails(proof: tuple[int, dict[str, Any]], rule: str) -> No
     r = _report(proof, rule)
     assert r["verdict"] == "FAIL", r
     assert r["drafted_tokens"] > 0
+    # on the samples it needs (docs/speculation.md), against the plain engine's 160
+    assert r["sampled_check"]["samples"] == PROOF_SAMPLES[rule]
+    assert r["sampled_check"]["plain_samples"] == 160
     if rule != "accept-all":  # keeps greedy exact: only the sampled check can see it
         assert r["greedy_identical"], r["failures"]
         assert r["sampled_check"]["verdict"] == "FAIL", r["sampled_check"]
