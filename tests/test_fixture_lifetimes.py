@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFTEST = '''
+CONFTEST = """
 import os
 import pytest
 from tests.conftest import pytest_collection_finish, pytest_runtest_teardown, requests_dynamically
@@ -41,7 +41,7 @@ def app(local_service):
 @requests_dynamically("vllm_engine")
 def engine(request):
     return request.getfixturevalue("vllm_engine") if request.param == "vllm" else "fake"
-'''
+"""
 
 MODULES = {
     "test_a.py": "def test_one(app): pass\ndef test_two(): pass\n",
