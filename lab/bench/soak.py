@@ -27,6 +27,8 @@ from typing import Any
 
 import httpx
 
+from lab.bench.faults import kill_serve_actor, serve_actors
+
 #: the app: sim engine replicas (the recorded length model: long tails), divided chunks
 APP: dict[str, Any] = {
     "num_replicas": 3,
@@ -129,15 +131,8 @@ def _scheduler_rss_mib() -> float:
 
 
 def _kill_a_replica(rng: random.Random) -> str:
-    import ray
-
-    names = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if "#engine-" in a["name"]
-    ]
-    name = rng.choice(names)
-    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=False)
+    name = rng.choice(serve_actors("#engine-"))
+    kill_serve_actor(name)
     return name
 
 

@@ -29,6 +29,7 @@ import pytest
 from app.serve.local import LocalService
 from app.store.rows import ORPHANED
 from app.weights_digest import checkpoint_digest
+from lab.bench.faults import kill_the_serve_actor
 from tests.app.serve.fakes import FAKE_APP, checkpoint
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
@@ -122,7 +123,6 @@ def test_a_retry_after_a_lost_answer_gets_the_whole_answer_of_the_one_job(
 def test_a_killed_scheduler_is_a_503_then_serves_again_on_the_trainer_s_weights(
     app: tuple[str, Path],
 ) -> None:
-    import ray
 
     url, db = app
     ckpt = checkpoint(Path(tempfile.mkdtemp(prefix="seer-ckpt-")) / "v5")
@@ -150,13 +150,8 @@ def test_a_killed_scheduler_is_a_503_then_serves_again_on_the_trainer_s_weights(
         assert time.monotonic() < deadline, "the three jobs never ran at once"
         time.sleep(0.1)
 
-    [name] = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if "#SeerScheduler#" in a["name"]
-    ]
     t_kill = time.monotonic()
-    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=False)
+    kill_the_serve_actor("#SeerScheduler#")
     for t in callers:
         t.join(timeout=_BACK_S)
         assert not t.is_alive(), "a caller still waits after the scheduler died"

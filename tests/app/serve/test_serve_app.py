@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from app.serve.local import LocalService
+from lab.bench.faults import kill_the_serve_actor
 from tests.conftest import VLLM_APP
 
 
@@ -471,7 +472,6 @@ def test_a_vllm_replica_killed_mid_rollout_loses_nothing(
     """SIGKILL of a vLLM engine replica's actor while its chunks run: they continue on the
     other replica from the tokens already returned; every response arrives once, whole, with a
     logprob per token; the killed replica comes back (Serve restarts it) before the next test."""
-    import ray
 
     use_policy("divided")
     result: list[httpx.Response] = []
@@ -483,12 +483,7 @@ def test_a_vllm_replica_killed_mid_rollout_loses_nothing(
     while not client.get("/healthz").json()["replicas"][1]["load"]["chunks_in_flight"]:
         assert time.monotonic() < deadline and rollout.is_alive()
         time.sleep(0.1)
-    [name] = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if "#engine-1#" in a["name"]
-    ]
-    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=False)
+    kill_the_serve_actor("#engine-1#")
     rollout.join(300)
     [r] = result
     assert r.status_code == 200, r.text
@@ -600,14 +595,7 @@ def _a_restarted_replica_rejoins_on_the_new_weights(
     greedy answers are v1's, like the replica that never restarted."""
     import time
 
-    import ray
-
-    [name] = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if "#engine-1#" in a["name"]
-    ]
-    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=False)
+    kill_the_serve_actor("#engine-1#")
     states: list[str] = ["healthy"]
     deadline = time.monotonic() + 300  # a vLLM engine restarts in about a minute here
     while len(states) < 2 or states[-1] != "healthy":  # out of rotation, then back

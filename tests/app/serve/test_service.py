@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.serve.local import LocalService
+from lab.bench.faults import kill_the_serve_actor
 from tests.app.serve.fakes import FAKE_APP as APP
 
 pytestmark = pytest.mark.serve
@@ -561,7 +562,6 @@ def test_a_killed_replica_s_chunks_are_redispatched_and_the_rollout_completes(
     other replica from the tokens already returned, every request completes exactly once,
     /healthz answers at once naming the replica's state, and the replica rejoins once Serve
     has restarted it."""
-    import ray
 
     _wait_all_healthy(client)
     result: list[httpx.Response] = []
@@ -576,13 +576,8 @@ def test_a_killed_replica_s_chunks_are_redispatched_and_the_rollout_completes(
         assert rollout.is_alive(), "the rollout ended before replica-1 had chunks out"
         assert time.monotonic() < deadline, client.get("/healthz").json()
         time.sleep(0.1)
-    [name] = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if "#engine-1#" in a["name"]
-    ]
     t_kill = time.monotonic()
-    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=False)
+    kill_the_serve_actor("#engine-1#")
     states: list[str] = []
     # until the rollout is over and the replica was seen down and then healthy again: the
     # loop's end does not depend on which of the two finishes first
