@@ -97,9 +97,10 @@ def exactness(
     from lab.engines.broken_verification import BrokenVerification
 
     rules: tuple[str | None, ...] = (None, *PROOF_RULES) if every_rule else (broken_rule,)
-    counts = tuple(
-        params.samples if r is None or not every_rule else min(params.samples, PROOF_SAMPLES[r])
-        for r in rules
+    counts = (  # the proof: vLLM's own rule at --samples, each broken one at what it needs
+        (params.samples, *(min(params.samples, PROOF_SAMPLES[r]) for r in PROOF_RULES))
+        if every_rule
+        else None
     )
     reports = asyncio.run(run_exactness(params, rules, say, BrokenVerification(), counts))
     if every_rule:
